@@ -1,0 +1,24 @@
+namespace cds.outbox;
+
+/**
+ * CAP's queue table, column for column, so rows written by CAP's built-in queue are processed as they are,
+ * plus the columns the claim protocol needs.
+ */
+entity Messages {
+  key ID                   : UUID;
+      timestamp            : Timestamp;
+      target               : String;
+      msg                  : LargeString;
+      attempts             : Integer default 0;
+      partition            : Integer default 0;
+      lastError            : LargeString;
+      lastAttemptTimestamp : Timestamp;
+      status               : String(23);
+      task                 : String(255);
+      appid                : String(255);
+      // When the row may be claimed next; while claimed, when the lease expires; null for a dead letter.
+      // The default makes rows written by CAP's built-in queue claimable without a migration.
+      dueAt                : Timestamp default $now;
+      claimedBy            : String(255);
+      claimedAt            : Timestamp;
+}

@@ -1,0 +1,128 @@
+import cds from '@sap/cds'
+import { QueueError } from './errors'
+import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
+
+/**
+ * The message codec: a request or event ⇄ the JSON in `cds.outbox.Messages.msg`, in the shape CAP's built-in
+ * queue writes, so either can read the other's rows.
+ */
+
+const INTERNAL_USER = 'cds.internal.user'
+const COPIED = ['inbound', 'event', 'data', 'headers', 'queue', 'results', 'method', 'path', 'params', 'entity'] as const
+
+/** Headers that carry credentials: never persisted, whoever put them on the request. */
+const SECRET_HEADERS = new Set([
+  'authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-approuter-authorization', 'x-csrf-token'
+])
+
+/** What a queued call looks like to the codec: a `cds.Event` or `cds.Request`. */
+export interface Dispatchable {
+  event?: string
+  data?: unknown
+  headers?: Record<string, unknown>
+  query?: unknown
+  queue?: QueueInfo
+  reply?: unknown
+  _fromSend?: boolean
+  [key: string]: unknown
+}
+
+interface ContextLike {
+  id?: string
+  tenant?: string
+  locale?: string
+  user?: { id?: string }
+  features?: Record<string, boolean>
+}
+
+function storedContext(context: ContextLike): StoredContext {
+  const stored: StoredContext = {}
+  if (context.id) stored.id = context.id
+  if (context.tenant) stored.tenant = context.tenant
+  if (context.locale) stored.locale = context.locale
+  const features = context.features && Object.keys(context.features).filter(f => context.features?.[f])
+  if (features?.length) stored.features = Object.fromEntries(features.map(f => [f, true]))
+  return stored
+}
+
+export function withoutSecrets(headers: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (!headers || typeof headers !== 'object') return headers
+  const kept = Object.entries(headers).filter(([name]) => !SECRET_HEADERS.has(name.toLowerCase()))
+  return Object.fromEntries(kept)
+}
+
+/** JSON.stringify that refuses what it would silently drop or mangle, naming where it found it. */
+function strictJSON(value: unknown, event: string | undefined): string {
+  try {
+    return JSON.stringify(value, function (key, v: unknown) {
+      if (typeof v === 'function' || typeof v === 'symbol' || typeof v === 'bigint') {
+        throw new TypeError(`'${key}' is a ${typeof v}`)
+      }
+      return v
+    })
+  } catch (e) {
+    const reason = e instanceof Error ? e.message : String(e)
+    throw new QueueError(
+      `Cannot queue event ${JSON.stringify(event)}: its payload is not serialisable as JSON (${reason}). ` +
+        'Queued data and headers must be plain JSON values.',
+      'UNSERIALISABLE_MESSAGE'
+    )
+  }
+}
+
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string): string {
+  const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
+  if (req._fromSend || req.reply) msg._fromSend = true
+  for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
+  if (msg.headers) msg.headers = withoutSecrets(msg.headers)
+  if (req.query) {
+    const q = req.query as { flat?: () => unknown }
+    const flat = (typeof q.flat === 'function' ? q.flat() : q) as Record<string, unknown>
+    msg.query = { ...flat, _target: undefined, __target: undefined, target: undefined }
+    delete msg.data // for queries, req.data is derived from req.query
+  }
+  return strictJSON(msg, req.event)
+}
+
+/** A message as read back from a row, ready to dispatch. */
+export interface DecodedMessage {
+  serviceName: string
+  userId?: string
+  context: StoredContext
+  request: Dispatchable
+  fromSend: boolean
+}
+
+export class CorruptMessage extends QueueError {
+  constructor(reason: string) {
+    super(`Corrupt message: ${reason}`, 'CORRUPT_MESSAGE')
+    this.name = 'CorruptMessage'
+  }
+}
+
+export function decode(json: string, target: string): DecodedMessage {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(json)
+  } catch (e) {
+    throw new CorruptMessage(`msg is not valid JSON (${(e as Error).message})`)
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new CorruptMessage('msg is not a JSON object')
+  const { [INTERNAL_USER]: userId, service, context, _fromSend, ...rest } = parsed as StoredMessage
+  const request = rest as Dispatchable
+  if (!request.event && !request.query) throw new CorruptMessage('msg has neither an event nor a query')
+  if (request.query) request.query = (cds.ql as unknown as (cqn: object) => object)(request.query as object)
+  // Rows of old CAP versions carry no `service`: their target was the service name.
+  return { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend }
+}
+
+/** CAP's timestamp format: ISO with 100-ns digits, so messages written in the same millisecond keep their order. */
+export function timestamp100ns(offsetMs = 0): string {
+  const digits = String(process.hrtime.bigint() % 1_000_000_000n).padStart(9, '0').substring(3, 7)
+  return new Date(Date.now() + offsetMs).toISOString().replace('Z', `${digits}Z`)
+}
+
+/** A new row for `msg` on queue `target`, due after `afterMs`. */
+export function newMessage(target: string, msg: string, afterMs = 0, task?: string, ID: string = cds.utils.uuid()): NewMessage {
+  return { ID, timestamp: timestamp100ns(afterMs), target, msg, task, dueAt: new Date(Date.now() + afterMs) }
+}

@@ -1,0 +1,156 @@
+import cds from '@sap/cds'
+import { invalid } from './errors'
+import { parseDuration } from './durations'
+import type { BackoffOptions, QueueOptions, RunnerOptions } from './interfaces'
+
+/** The queue every service uses unless configured otherwise; CAP's name for it. */
+export const DEFAULT_QUEUE = 'queue'
+
+type Raw = Record<string, unknown>
+
+const PERSISTENT_KINDS = ['persistent-queue', 'persistent-outbox']
+const KINDS = [...PERSISTENT_KINDS, 'in-memory-queue', 'in-memory-outbox']
+
+/** CAP's backoff curve: (1.5^attempts - 1) s, capped at 1,480 s. */
+const CAP_BACKOFF: BackoffOptions = { base: 1000, factor: 1.5, max: 1_480_000, jitter: 0 }
+
+function integer(raw: Raw, key: string, where: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const value = raw[key] ?? fallback
+  if (typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max) return value
+  const range = max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer from ${min} to ${max}`
+  throw invalid(`${where}.${key}`, value, range)
+}
+
+function duration(raw: Raw, key: string, where: string, fallback: number | string, min = 0): number {
+  const ms = parseDuration(raw[key] ?? fallback, `${where}.${key}`)
+  if (ms < min) throw invalid(`${where}.${key}`, raw[key], `a duration of at least ${min} ms`)
+  return ms
+}
+
+function flag(raw: Raw, key: string, where: string, fallback: boolean): boolean {
+  const value = raw[key] ?? fallback
+  if (typeof value === 'boolean') return value
+  throw invalid(`${where}.${key}`, value, 'true or false')
+}
+
+function backoff(raw: Raw, where: string): BackoffOptions {
+  const value = raw.backoff ?? {}
+  if (typeof value !== 'object' || value === null) {
+    throw invalid(`${where}.backoff`, value, 'an object with base, factor, max and jitter')
+  }
+  const b = value as Raw
+  const at = `${where}.backoff`
+  const factor = b.factor ?? CAP_BACKOFF.factor
+  if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1) throw invalid(`${at}.factor`, factor, 'a number >= 1')
+  const jitter = b.jitter ?? CAP_BACKOFF.jitter
+  if (typeof jitter !== 'number' || !(jitter >= 0 && jitter <= 1)) throw invalid(`${at}.jitter`, jitter, 'a number from 0 to 1')
+  return {
+    base: duration(b, 'base', at, CAP_BACKOFF.base),
+    factor,
+    max: duration(b, 'max', at, CAP_BACKOFF.max),
+    jitter
+  }
+}
+
+/** Validates the options of one queue; `where` names the configuration path in error messages. */
+export function resolveQueueOptions(raw: Raw, where: string): QueueOptions {
+  if (raw.kind !== undefined && !KINDS.includes(raw.kind as string)) throw invalid(`${where}.kind`, raw.kind, KINDS.join(', '))
+  return {
+    maxAttempts: integer(raw, 'maxAttempts', where, 10, 1),
+    timeout: duration(raw, 'timeout', where, '1h', 1),
+    backoff: backoff(raw, where),
+    storeLastError: flag(raw, 'storeLastError', where, true),
+    maxErrorLength: integer(raw, 'maxErrorLength', where, 4000, 100),
+    legacyLocking: flag(raw, 'legacyLocking', where, false)
+  }
+}
+
+export function resolveRunnerOptions(raw: Raw = globalConfig()): RunnerOptions {
+  const where = 'cds.requires.queue'
+  return {
+    pollInterval: duration(raw, 'pollInterval', where, '5s', 1),
+    shutdownGrace: duration(raw, 'shutdownGrace', where, '10s'),
+    concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
+    chunkSize: integer(raw, 'chunkSize', where, 10, 1, 1000)
+  }
+}
+
+/** `cds.requires.queue` as an object; `{}` when it is `true` or missing. */
+export function globalConfig(): Raw {
+  const conf = cds.env.requires?.queue
+  return conf && typeof conf === 'object' ? (conf as Raw) : {}
+}
+
+/** `cds.requires.queue: false` (or an in-memory kind) keeps queued calls in memory until commit, as CAP does. */
+export function isPersistent(raw: Raw = globalConfig()): boolean {
+  if (cds.env.requires?.queue === false) return false
+  return raw.kind === undefined || PERSISTENT_KINDS.includes(raw.kind as string)
+}
+
+/** A service's own queue setting: `outboxed`, or the legacy keys `outbox` and `queued`. */
+export function queueSetting(conf: Raw | undefined): unknown {
+  if (!conf) return undefined
+  const values = [conf.outboxed, conf.outbox, conf.queued]
+  if (values.includes(false)) return false
+  return values.find(v => v !== undefined)
+}
+
+export interface QueueBinding {
+  target: string
+  options: QueueOptions
+  persistent: boolean
+}
+
+/** Which queue a service's messages go to, and with which options, following CAP's rules. */
+export function bindingFor(serviceName: string, conf: Raw | undefined, programmatic?: Raw): QueueBinding {
+  const setting = queueSetting(conf)
+  const where = `cds.requires.${serviceName}.outboxed`
+  if (typeof setting === 'string') {
+    const named = cds.env.requires?.[setting]
+    const own = named && typeof named === 'object' ? (named as Raw) : {}
+    return bind(setting, { ...globalConfig(), ...own, ...programmatic }, `cds.requires.${setting}`)
+  }
+  if (setting && typeof setting === 'object') {
+    return bind(serviceName, { ...globalConfig(), ...(setting as Raw), ...programmatic }, where)
+  }
+  if (setting !== undefined && typeof setting !== 'boolean') {
+    throw invalid(where, setting, 'true, false, a queue name, or an object of queue options')
+  }
+  return bind(DEFAULT_QUEUE, { ...globalConfig(), ...programmatic }, programmatic ? 'cds.queued() options' : 'cds.requires.queue')
+}
+
+function bind(target: string, raw: Raw, where: string): QueueBinding {
+  return { target, options: resolveQueueOptions(raw, where), persistent: isPersistent(raw) }
+}
+
+/** Options by queue name, as registered by `cds.queued`; queues nobody registered yet are derived from config. */
+const registered = new Map<string, QueueOptions>()
+
+export function registerQueue(binding: QueueBinding): void {
+  registered.set(binding.target, binding.options)
+}
+
+export function optionsFor(target: string): QueueOptions {
+  const known = registered.get(target)
+  if (known) return known
+  const conf = cds.env.requires?.[target]
+  const raw = conf && typeof conf === 'object' ? (conf as Raw) : undefined
+  const own = queueSetting(raw)
+  const options = own && typeof own === 'object'
+    ? bindingFor(target, raw).options
+    : resolveQueueOptions({ ...globalConfig(), ...(target === DEFAULT_QUEUE ? {} : raw) }, `cds.requires.${target}`)
+  registered.set(target, options)
+  return options
+}
+
+/** Checks every queue-related setting at startup, so a typo fails the start instead of a message at 3 a.m. */
+export function validateConfiguration(): void {
+  resolveQueueOptions(globalConfig(), 'cds.requires.queue')
+  resolveRunnerOptions()
+  const requires = (cds.env.requires ?? {}) as Record<string, unknown>
+  for (const [name, conf] of Object.entries(requires)) {
+    if (!conf || typeof conf !== 'object' || name === 'queue') continue
+    if (queueSetting(conf as Raw) === undefined) continue
+    bindingFor(name, conf as Raw)
+  }
+}

@@ -1,0 +1,104 @@
+/** Domain types shared across the runtime. */
+
+/** How long the next attempt waits: `min(max, base * (factor^attempts - 1))`, spread by up to `jitter` (0..1). */
+export interface BackoffOptions {
+  base: number
+  factor: number
+  max: number
+  jitter: number
+}
+
+/** The resolved, validated options of one queue. All durations are milliseconds. */
+export interface QueueOptions {
+  /** Attempts after which a message becomes a dead letter. */
+  maxAttempts: number
+  /** Lease of a claim: a message claimed longer ago than this is considered abandoned and is claimed again. */
+  timeout: number
+  backoff: BackoffOptions
+  /** Keep the last error of a failed attempt in `lastError`. */
+  storeLastError: boolean
+  /** `lastError` is cut to this many characters. */
+  maxErrorLength: number
+  /** Accepted for compatibility with CAP's configuration; this queue's claims never hold locks while handlers run. */
+  legacyLocking: boolean
+}
+
+/** Options of the runner as a whole (from `cds.requires.queue`). */
+export interface RunnerOptions {
+  /** How often the table is checked for due messages written by other processes (ms). */
+  pollInterval: number
+  /** How long `cds.shutdown` waits for running handlers (ms). */
+  shutdownGrace: number
+  /** Messages one process runs at the same time. */
+  concurrency: number
+  /** How many messages one claim takes at most. */
+  chunkSize: number
+}
+
+/** A row of `cds.outbox.Messages`, as the store reads it. Timestamps are epoch milliseconds. */
+export interface MessageRow {
+  ID: string
+  timestamp: number
+  target: string
+  msg: string
+  attempts: number
+  lastError: string | null
+  task: string | null
+  appid: string | null
+  claimedAt: number
+}
+
+/** A row to be written. */
+export interface NewMessage {
+  ID: string
+  /** CAP's 100-ns ISO timestamp: enqueue order, and the due time of delayed messages. */
+  timestamp: string
+  target: string
+  msg: string
+  task?: string
+  dueAt: Date
+}
+
+/** The event context fields that are persisted: an allow-list, so credentials never reach the table. */
+export interface StoredContext {
+  id?: string
+  tenant?: string
+  locale?: string
+  features?: Record<string, boolean>
+}
+
+/** Scheduling information of a message, as CAP stores it in `msg.queue`. */
+export interface QueueInfo {
+  task?: string
+  after?: number
+  every?: number | string
+  [key: string]: unknown
+}
+
+/** The JSON in `cds.outbox.Messages.msg`; the same shape CAP's built-in queue writes. */
+export interface StoredMessage {
+  'cds.internal.user'?: string
+  service?: string
+  context?: StoredContext
+  _fromSend?: boolean
+  event?: string
+  data?: unknown
+  headers?: Record<string, unknown>
+  queue?: QueueInfo
+  query?: unknown
+  method?: string
+  path?: string
+  params?: unknown
+  entity?: string
+  inbound?: unknown
+  results?: unknown
+  [key: string]: unknown
+}
+
+/** What a dispatch attempt came to. */
+export type Outcome =
+  | { kind: 'succeeded' }
+  | { kind: 'retry'; error: unknown; attempts: number; dueAt: Date }
+  | { kind: 'dead'; error: unknown; attempts: number }
+  | { kind: 'deferred'; dueAt: Date }
+  | { kind: 'lost' }
