@@ -3,6 +3,7 @@ import { hostname } from 'os'
 import { randomBytes } from 'crypto'
 import { DEFAULT_QUEUE, optionsFor, resolveRunnerOptions } from './config'
 import { attempt, logOutcome } from './dispatch'
+import { Notifier } from './notifier'
 import { recordOutcome } from './outcomes'
 import { inOwnTransaction, Store } from './store'
 import type { MessageRow, RunnerOptions } from './interfaces'
@@ -30,6 +31,8 @@ export class Runner {
   private timer: NodeJS.Timeout | undefined
   private claimFailures = 0
   private idleWaiters: (() => void)[] = []
+  private lastClaimAt = 0
+  private notifier: Notifier | undefined
 
   private get opts(): RunnerOptions {
     return (this.options ??= resolveRunnerOptions())
@@ -48,6 +51,11 @@ export class Runner {
     this.started = true
     this.stopping = false
     await this.store.ensureIndexes()
+    const listen = this.store.listenStatement
+    if (listen) {
+      this.notifier = new Notifier(listen, () => this.wake())
+      this.notifier.start()
+    }
     LOG._debug && LOG.debug(`runner ${this.owner} started`)
     this.wake()
   }
@@ -57,6 +65,9 @@ export class Runner {
     this.stopping = true
     this.started = false
     clearTimeout(this.timer)
+    const notifier = this.notifier
+    this.notifier = undefined
+    await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.opts.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
     this.storeInstance = undefined
@@ -121,7 +132,8 @@ export class Runner {
   }
 
   private async claim(limit: number): Promise<MessageRow[]> {
-    const now = Date.now()
+    // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
+    const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
     return inOwnTransaction(() => this.store.claim(this.owner, now, now + this.leaseFor(), limit))
   }
 

@@ -8,14 +8,34 @@ export interface Dialect {
   prepare(sql: string): string
   /** Appended to the claim's row selection so concurrent claimers skip rows another one is claiming. */
   readonly skipLocked: string
+  /**
+   * A timestamp column read as ISO text. Drivers return timestamps differently: pg turns a TIMESTAMP (no zone)
+   * into a Date in the process's local zone, which is wrong by the zone's offset unless TZ is UTC.
+   */
+  isoText(column: string): string
+  /** How other processes learn of new messages at once; undefined where they can only poll. */
+  readonly wakeUp?: WakeUp
+}
+
+/** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */
+export interface WakeUp {
+  /** Run in the enqueuing transaction; the database delivers it only if that transaction commits. */
+  readonly signal: string
+  /** Run once on a dedicated connection to receive the signals. */
+  readonly listen: string
 }
 
 const sqlite: Dialect = {
   name: 'sqlite',
   prepare: sql => sql,
   // SQLite has one writer at a time: the claim's UPDATE is atomic without row locks.
-  skipLocked: ''
+  skipLocked: '',
+  // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
+  isoText: column => column
 }
+
+/** The channel enqueuers notify and runners listen on. */
+const WAKE_CHANNEL = 'cds_event_queues'
 
 const postgres: Dialect = {
   name: 'postgres',
@@ -23,7 +43,14 @@ const postgres: Dialect = {
     let n = 0
     return sql.replace(/\?/g, () => `$${++n}`)
   },
-  skipLocked: 'FOR UPDATE SKIP LOCKED'
+  skipLocked: 'FOR UPDATE SKIP LOCKED',
+  // Timestamps are written as UTC ISO strings into TIMESTAMP columns (zone dropped), so they read back as UTC.
+  isoText: column => `to_char(${column}, 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
+  // A constant payload: PostgreSQL folds identical notifications of one transaction into one.
+  wakeUp: {
+    signal: `SELECT pg_notify('${WAKE_CHANNEL}', '')`,
+    listen: `LISTEN ${WAKE_CHANNEL}`
+  }
 }
 
 export function dialectFor(kind: string | undefined): Dialect {

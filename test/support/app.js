@@ -20,17 +20,35 @@ function newDatabaseFile() {
   return path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-')), 'db.sqlite')
 }
 
+/** Which database the suites run on: SQLite by default, PostgreSQL in the jest project "postgres" (TEST_DB=postgres). */
+const onPostgres = () => process.env.TEST_DB === 'postgres'
+
 /**
- * Starts the test app with cds.test on its own SQLite file, with `config` merged over the app's package.json.
- * Must be called at the top of a suite, before cds.env is read.
+ * `cds.requires.db` for one suite: a new SQLite file, or on PostgreSQL a new database of the run's server (created
+ * before cds.test connects, by a beforeAll registered ahead of cds.test's own).
  */
-function startApp(config = {}, { dbFile = newDatabaseFile(), deploy = true } = {}) {
-  process.env.CDS_CONFIG = JSON.stringify(merge({ requires: { db: { kind: 'sqlite', credentials: { url: dbFile } } } }, config))
+function suiteDatabase(dbFile) {
+  if (!onPostgres()) return { db: { kind: 'sqlite', credentials: { url: dbFile ?? newDatabaseFile() } } }
+  const postgres = require('./postgres')
+  const database = postgres.newDatabaseName()
+  beforeAll(() => postgres.createDatabase(database))
+  return { db: postgres.dbConfig(database), database }
+}
+
+/**
+ * Starts the test app with cds.test on its own database, with `config` merged over the app's package.json.
+ * Must be called at the top of a suite, before cds.env is read. `dbFile`/`deploy: false` (a suite preparing its
+ * SQLite file itself) are SQLite-only: such suites are named *.sqlite.test.js and do not run on PostgreSQL.
+ */
+function startApp(config = {}, { dbFile, deploy = true } = {}) {
+  const { db, database } = suiteDatabase(dbFile)
+  process.env.CDS_CONFIG = JSON.stringify(merge({ requires: { db } }, config))
   process.env.TEST_APP_DEPLOY = deploy ? 'yes' : 'no'
   const cds = require('@sap/cds')
   const test = cds.test(APP)
-  test.dbFile = dbFile
+  if (database) test.database = database
+  else test.dbFile = db.credentials.url
   return test
 }
 
-module.exports = { APP, startApp, newDatabaseFile, merge }
+module.exports = { APP, startApp, newDatabaseFile, merge, onPostgres }

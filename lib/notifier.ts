@@ -1,0 +1,114 @@
+import cds from '@sap/cds'
+
+const LOG = cds.log('queue')
+
+/** Upper bound for the pause between reconnection attempts; polling covers the time without a listener. */
+const MAX_RECONNECT_DELAY = 30_000
+
+/** What the notifier uses of a `pg` client. */
+interface ListeningClient {
+  connect(): Promise<void>
+  query(sql: string): Promise<unknown>
+  end(): Promise<void>
+  on(event: 'notification', listener: () => void): void
+  on(event: 'error', listener: (error: Error) => void): void
+  on(event: 'end', listener: () => void): void
+  removeAllListeners(): void
+}
+type ClientClass = new (config: Record<string, unknown>) => ListeningClient
+
+/** `cds.requires.db.credentials` as CAP documents them for PostgreSQL (incl. the names bindings on BTP use). */
+interface PostgresCredentials {
+  host?: string
+  hostname?: string
+  port?: number | string
+  user?: string
+  username?: string
+  password?: string
+  database?: string
+  dbname?: string
+  ssl?: unknown
+  sslrootcert?: string
+}
+
+/** Connection settings for `pg`, from the database service's configuration: the same server, user and TLS as its pool. */
+function connectionConfig(options: { credentials?: PostgresCredentials; client?: Record<string, unknown> }): Record<string, unknown> {
+  const cr = options.credentials ?? {}
+  return {
+    host: cr.hostname ?? cr.host,
+    port: cr.port ?? process.env.PGPORT ?? 5432,
+    user: cr.username ?? cr.user,
+    password: cr.password,
+    database: cr.dbname ?? cr.database,
+    ssl: cr.ssl ?? (cr.sslrootcert ? { rejectUnauthorized: false, ca: cr.sslrootcert } : undefined),
+    ...options.client
+  }
+}
+
+/**
+ * Wakes the runner when another process commits a new message: a dedicated database connection (outside the pool,
+ * so a long-lived LISTEN never occupies a pooled one) listens for the signal the store sends in every enqueuing
+ * transaction. If the connection drops, it reconnects with backoff; the runner's polling covers the gap, and every
+ * (re)connect wakes the runner once for what was signalled meanwhile.
+ */
+export class Notifier {
+  private client: ListeningClient | undefined
+  private timer: NodeJS.Timeout | undefined
+  private failures = 0
+  private stopped = true
+
+  constructor(
+    private readonly listen: string,
+    private readonly wake: () => void
+  ) {}
+
+  start(): void {
+    this.stopped = false
+    void this.connect()
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true
+    clearTimeout(this.timer)
+    const client = this.client
+    this.client = undefined
+    await client?.end().catch(() => undefined)
+  }
+
+  private async connect(): Promise<void> {
+    const db = cds.db as unknown as { options: Parameters<typeof connectionConfig>[0] }
+    let client: ListeningClient | undefined
+    try {
+      const { Client } = require('pg') as { Client: ClientClass }
+      client = this.client = new Client(connectionConfig(db.options))
+      const current = client
+      current.on('error', error => this.dropped(current, error))
+      current.on('end', () => this.dropped(current))
+      current.on('notification', () => this.wake())
+      await current.connect()
+      await current.query(this.listen)
+    } catch (e) {
+      return this.dropped(client, e)
+    }
+    if (this.stopped || this.client !== client) return
+    if (this.failures) LOG.info(`listening for new messages again after ${this.failures} failed attempts`)
+    this.failures = 0
+    this.wake()
+  }
+
+  /** The listening connection failed or closed: reconnect later, once per connection, unless stopping. */
+  private dropped(client: ListeningClient | undefined, error?: unknown): void {
+    if (this.stopped || this.client !== client) return
+    this.client = undefined
+    client?.removeAllListeners()
+    client?.on('error', () => undefined)
+    client?.end().catch(() => undefined)
+    this.failures++
+    const delay = Math.min(MAX_RECONNECT_DELAY, 100 * 2 ** this.failures)
+    const log = this.failures === 1 ? LOG.warn : LOG.debug
+    log(`the connection listening for new messages was lost, reconnecting in ${delay} ms; polling meanwhile:`, error ?? 'connection closed')
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => void this.connect(), delay)
+    this.timer.unref()
+  }
+}

@@ -1,0 +1,101 @@
+const { startApp } = require('./support/app')
+const { withClient } = require('./support/postgres')
+const { waitFor } = require('./support/wait')
+const { MESSAGES } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+// Polling only every hour: nothing is picked up unless the test enqueues through the API or calls cds.flush().
+const test$ = startApp({ requires: { queue: { pollInterval: '1h' } } })
+
+describe('postgres: claiming', () => {
+  let srv, queued
+  const query = (sql, params) => withClient(client => client.query(sql, params), test$.database)
+
+  beforeAll(async () => {
+    srv = await cds.connect.to('Target')
+    queued = cds.queued(srv)
+  })
+  afterEach(() => DELETE.from(MESSAGES))
+
+  test('a starting instance creates the index the claim query needs', async () => {
+    const { rows } = await query(`SELECT indexdef FROM pg_indexes
+      WHERE tablename = 'cds_outbox_messages' AND indexname = 'cds_outbox_messages_due'`)
+    expect(rows).toEqual([{ indexdef: expect.stringContaining('(appid, dueat)') }])
+  })
+
+  test('the claim is committed before the handler runs, and no row lock is held while it runs', async () => {
+    let entered, release
+    const running = new Promise(resolve => (entered = resolve))
+    const gate = new Promise(resolve => (release = resolve))
+    srv.on('hold', async () => {
+      entered()
+      await gate
+    })
+    await cds.tx(() => queued.emit('hold'))
+    await running
+    // Another connection may lock the row at once (NOWAIT fails if any transaction holds a lock on it).
+    const seen = await withClient(async client => {
+      await client.query('BEGIN')
+      const { rows } = await client.query(`SELECT status, claimedby FROM cds_outbox_messages FOR UPDATE NOWAIT`)
+      await client.query('ROLLBACK')
+      return rows
+    }, test$.database)
+    expect(seen).toEqual([{ status: 'processing', claimedby: expect.stringContaining(`:${process.pid}:`) }])
+    release()
+    await waitFor(async () => (await SELECT.from(MESSAGES)).length === 0, { what: 'the message to complete' })
+  })
+
+  test('the wake-up notification is delivered when the enqueuing transaction commits, never on rollback', async () => {
+    await withClient(async client => {
+      const received = []
+      client.on('notification', n => received.push(n.channel))
+      await client.query('LISTEN cds_event_queues')
+      let beforeCommit
+      await cds.tx(async () => {
+        await queued.emit('greet')
+        await client.query('SELECT 1') // a round trip delivers whatever was already sent
+        beforeCommit = received.length
+      })
+      expect(beforeCommit).toBe(0)
+      await waitFor(() => received.length === 1, { what: 'the notification of the commit' })
+      await expect(
+        cds.tx(async () => {
+          await queued.emit('greet')
+          throw new Error('business failure')
+        })
+      ).rejects.toThrow('business failure')
+      await cds.tx(() => queued.emit('greet'))
+      // Notifications arrive in commit order: once the last commit's has arrived, the rollback's would have too.
+      await waitFor(() => received.length >= 2, { what: 'the notification of the second commit' })
+      expect(received).toEqual(['cds_event_queues', 'cds_event_queues'])
+    }, test$.database)
+  })
+
+  test('with 100k dead letters and future messages in the table, claiming due messages uses the due-time index', async () => {
+    await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat)
+      SELECT gen_random_uuid()::text, now(), 'queue', '{}', CASE WHEN i % 2 = 0 THEN 10 ELSE 0 END,
+        CASE WHEN i % 2 = 0 THEN NULL ELSE now() + interval '1 day' END
+      FROM generate_series(1, 100000) AS i`)
+    // The runner's own claim statement, as it sends it to the database (nothing is due yet: it claims nothing).
+    let claim
+    cds.db.before('*', req => {
+      if (typeof req.query === 'string' && req.query.includes('SKIP LOCKED')) claim ??= { sql: req.query, params: req.data }
+    })
+    await cds.flush()
+    expect(claim).toBeDefined()
+    // Due rows written without the API's notification: with hourly polling, the runner leaves them to the EXPLAIN.
+    await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat)
+      SELECT gen_random_uuid()::text, now(), 'queue', '{}', 0, now() - interval '1 hour' FROM generate_series(1, 10)`)
+    await query('ANALYZE cds_outbox_messages')
+    const plan = await withClient(async client => {
+      await client.query('BEGIN')
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${claim.sql}`, claim.params)
+      await client.query('ROLLBACK')
+      return rows.map(r => r['QUERY PLAN']).join('\n')
+    }, test$.database)
+    console.log(`claim of 10 due rows among 100k dead letters and future rows:\n${plan}`)
+    expect(plan).toMatch(/rows=10/)
+    expect(plan).toMatch(/Index (Only )?Scan (using|on) cds_outbox_messages_due/)
+    expect(plan).not.toMatch(/Seq Scan on cds_outbox_messages/)
+  })
+})

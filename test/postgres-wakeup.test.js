@@ -1,0 +1,41 @@
+const { createDatabase, newDatabaseName, withClient } = require('./support/postgres')
+const { startInstance, stopInstance, enqueueFromAnotherProcess } = require('./support/instances')
+const { waitFor } = require('./support/wait')
+
+/** The runner's listening connection, as the server sees it: its backend PID, or undefined while there is none. */
+const LISTENING = `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND query LIKE 'LISTEN %' AND state = 'idle'`
+
+describe('postgres multi-instance: wake-up', () => {
+  const database = newDatabaseName()
+  let instance
+  const query = (sql, params) => withClient(client => client.query(sql, params), database)
+  const listener = async () => (await query(LISTENING, [database])).rows[0]?.pid
+  const handled = async () => Number((await query(`SELECT COUNT(*) AS n FROM test_records WHERE kind = 'handled' AND note = 'B'`)).rows[0].n)
+
+  beforeAll(async () => {
+    await createDatabase(database)
+    // B polls only every 60 s: anything it does sooner, it does because it was notified.
+    instance = await startInstance(database, { name: 'B', deploy: true, queue: { pollInterval: '60s' } })
+    await waitFor(listener, { what: "B's listening connection" })
+  }, 60000)
+
+  afterAll(() => stopInstance(instance))
+
+  test('a message committed by another process is dispatched by an idle instance within 2 s, not at its next poll', async () => {
+    await enqueueFromAnotherProcess(database, 1)
+    await waitFor(async () => (await handled()) === 1, { timeout: 2000, what: 'B to dispatch the message' })
+  })
+
+  test('when its listening connection is killed, the instance reconnects and is woken again', async () => {
+    const before = await listener()
+    await query('SELECT pg_terminate_backend($1)', [before])
+    const after = await waitFor(async () => {
+      const pid = await listener()
+      return pid !== before && pid
+    }, { what: 'a new listening connection' })
+    expect(after).not.toBe(before)
+    const count = await handled()
+    await enqueueFromAnotherProcess(database, 1)
+    await waitFor(async () => (await handled()) === count + 1, { timeout: 2000, what: 'B to dispatch after reconnecting' })
+  })
+})

@@ -1,0 +1,53 @@
+const { fork } = require('child_process')
+const path = require('path')
+const { dbConfig } = require('./postgres')
+
+/**
+ * Separate Node processes running the test app against one PostgreSQL database, for multi-instance suites.
+ * Every process started here is stopped by its PID.
+ */
+
+function environment(database, { name, queue = {}, deploy = false, env = {} }) {
+  const config = { requires: { db: dbConfig(database), queue } }
+  return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
+}
+
+/** Starts an app instance (test/support/instance.js); resolves once it serves. `deploy: true` deploys the model first. */
+function startInstance(database, options) {
+  const child = fork(path.join(__dirname, 'instance.js'), [], { env: environment(database, options), silent: true })
+  child.output = ''
+  const collect = chunk => (child.output += chunk)
+  child.stdout.on('data', collect)
+  child.stderr.on('data', collect)
+  return new Promise((resolve, reject) => {
+    const ready = chunk => String(chunk).includes('listening on') && resolve(child)
+    child.stdout.on('data', ready)
+    child.once('exit', code => reject(new Error(`instance ${options.name} exited (${code}) before serving:\n${child.output}`)))
+  })
+}
+
+/** Stops an instance by its PID: SIGTERM (graceful cds shutdown), SIGKILL if it is still running after `grace` ms. */
+async function stopInstance(child, grace = 15000) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise(resolve => child.once('exit', resolve))
+  process.kill(child.pid, 'SIGTERM')
+  const timer = setTimeout(() => process.kill(child.pid, 'SIGKILL'), grace)
+  await exited
+  clearTimeout(timer)
+}
+
+/** Runs test/support/enqueue.js: `count` `record` messages committed by a process of its own, which then exits. */
+function enqueueFromAnotherProcess(database, count, env = {}) {
+  const child = fork(path.join(__dirname, 'enqueue.js'), [], {
+    env: { ...environment(database, { name: 'enqueuer', env }), COUNT: String(count) },
+    silent: true
+  })
+  let output = ''
+  child.stdout.on('data', chunk => (output += chunk))
+  child.stderr.on('data', chunk => (output += chunk))
+  return new Promise((resolve, reject) =>
+    child.once('exit', code => (code === 0 ? resolve() : reject(new Error(`enqueuer exited with ${code}:\n${output}`))))
+  )
+}
+
+module.exports = { startInstance, stopInstance, enqueueFromAnotherProcess }
