@@ -118,11 +118,21 @@ export function decode(json: string, target: string): DecodedMessage {
 
 /** CAP's timestamp format: ISO with 100-ns digits, so messages written in the same millisecond keep their order. */
 export function timestamp100ns(offsetMs = 0): string {
+  return timestampAt(Date.now() + offsetMs)
+}
+
+/** CAP's timestamp format for the epoch milliseconds `ms`: the 100-ns digits come from the clock, the rest is `ms`. */
+export function timestampAt(ms: number): string {
   const digits = String(process.hrtime.bigint() % 1_000_000_000n).padStart(9, '0').substring(3, 7)
-  return new Date(Date.now() + offsetMs).toISOString().replace('Z', `${digits}Z`)
+  return new Date(ms).toISOString().replace('Z', `${digits}Z`)
 }
 
 /** A new row for `msg` on queue `target`, due after `afterMs`. */
 export function newMessage(target: string, msg: string, afterMs = 0, task?: string, ID: string = cds.utils.uuid()): NewMessage {
-  return { ID, timestamp: timestamp100ns(afterMs), target, msg, task, dueAt: new Date(Date.now() + afterMs) }
+  return messageDueAt(target, msg, Date.now() + afterMs, task, ID)
+}
+
+/** A new row for `msg` on queue `target`, due at the epoch milliseconds `due` (the time a cron task fires, exactly). */
+export function messageDueAt(target: string, msg: string, due: number, task?: string, ID: string = cds.utils.uuid()): NewMessage {
+  return { ID, timestamp: timestampAt(due), target, msg, task, dueAt: new Date(due) }
 }

@@ -1,9 +1,10 @@
 import cds from '@sap/cds'
 import { backoffDelay } from './backoff'
 import { callbackFor } from './callbacks'
-import { decode, newMessage, CorruptMessage, type DecodedMessage } from './codec'
+import { decode, newMessage, timestampAt, CorruptMessage, type DecodedMessage } from './codec'
 import { optionsFor } from './config'
 import { isProgrammingError, isUnrecoverable } from './failures'
+import { nextRun } from './recurrence'
 import type { Claim, Store } from './store'
 import type { MessageRow, Outcome, QueueOptions } from './interfaces'
 
@@ -87,7 +88,7 @@ export async function attempt(row: MessageRow, claim: Claim, store: Store): Prom
   if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
   try {
     await dispatchInTx(message, { messageId: row.ID, attempt: row.attempts + 1 }, async (srv, result) => {
-      if (!(await store.complete(claim))) throw new ClaimLost(row.ID)
+      await finish(row, claim, message, store)
       const callback = callbackFor(srv as unknown as cds.Service, message, { succeeded: result })
       if (callback) await store.insert(newMessage(row.target, callback), row.appid)
     })
@@ -95,6 +96,24 @@ export async function attempt(row: MessageRow, claim: Claim, store: Store): Prom
   } catch (error) {
     return { outcome: failure(error, row, options), message }
   }
+}
+
+/**
+ * Completes a processed message in the handler's transaction: deletes its row, or moves a recurring task to its next
+ * occurrence. A task re-scheduled or unscheduled while it ran keeps that new state: the handler's work commits and
+ * the task does not recur from here, so exactly one chain continues.
+ */
+async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store): Promise<void> {
+  const queue = message.request.queue
+  const next = nextRun(queue, Date.now(), optionsFor(row.target).timezone)
+  const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await store.complete(claim)
+  if (done) return
+  const scheduled = !!row.task || queue?.every !== undefined
+  if (scheduled && !(await store.holdsOccurrence(row.ID, row.timestamp))) {
+    LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
+    return
+  }
+  throw new ClaimLost(row.ID)
 }
 
 function failure(error: unknown, row: MessageRow, options: QueueOptions): Outcome {

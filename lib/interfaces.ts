@@ -21,6 +21,8 @@ export interface QueueOptions {
   maxErrorLength: number
   /** Accepted for compatibility with CAP's configuration; this queue's claims never hold locks while handlers run. */
   legacyLocking: boolean
+  /** IANA time zone for the cron expressions of scheduled tasks; undefined = the process's time zone. */
+  timezone: string | undefined
 }
 
 /** Options of the runner as a whole (from `cds.requires.queue`). */

@@ -4,6 +4,7 @@ import { decode, encode, newMessage, type Dispatchable } from './codec'
 import { dispatchNow } from './dispatch'
 import { invalid, QueueError } from './errors'
 import { runner } from './runner'
+import { taskMessage } from './schedule'
 
 const LOG = cds.log('queue')
 
@@ -68,8 +69,14 @@ async function enqueue(original: Service, binding: QueueBinding, req: Dispatchab
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
   const msg = encode(req, context, original.name)
   if (!binding.persistent || !cds.db) return keepInMemory(context, msg, binding.target)
-  const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
-  await runner.store.insert(newMessage(binding.target, msg, after, req.queue?.task), (cds.env.appid as string) ?? null)
+  const appid = (cds.env.appid as string) ?? null
+  const task = req.queue?.task
+  if (task) {
+    await runner.store.upsertTask(taskMessage(original.name, binding, msg, { ...req.queue, task }), appid)
+  } else {
+    const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
+    await runner.store.insert(newMessage(binding.target, msg, after), appid)
+  }
   if (!context[$wakes]) {
     context[$wakes] = true
     context.on('succeeded', () => runner.wake())

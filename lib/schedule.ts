@@ -1,0 +1,158 @@
+import cds from '@sap/cds'
+import { createHash } from 'crypto'
+import { bindingFor, type QueueBinding } from './config'
+import { messageDueAt } from './codec'
+import { checkCron, looksLikeCron, CRON_FORMS } from './cron'
+import { DURATION_FORMS, parseDuration } from './durations'
+import { invalid, QueueError } from './errors'
+import { firstRun } from './recurrence'
+import { runner } from './runner'
+import type { NewMessage, QueueInfo } from './interfaces'
+
+/**
+ * Scheduled tasks: `srv.schedule(...)` and `srv.unschedule(name)`. A task is a singleton row keyed by service and
+ * task name; its timing travels in `msg.queue` (`{ task, after?, every? }`, CAP's shape: `every` is milliseconds
+ * or a cron string), and each successful occurrence moves the row to the next one.
+ */
+
+/** `task` is a String(255) column. */
+const MAX_TASK_NAME = 255
+
+interface TaskRequest {
+  event?: string
+  queue?: QueueInfo
+}
+
+type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
+
+function appid(): string | undefined {
+  return (cds.env.appid as string | undefined) || undefined
+}
+
+/**
+ * The row ID of a task, as CAP 10 derives it: the SHA-256 of `service:task` (plus `:appid` when set) formatted as a
+ * version-4 UUID. A task that CAP's built-in queue registered is therefore replaced, not duplicated.
+ */
+export function taskId(serviceName: string, task: string, app = appid()): string {
+  const hash = createHash('sha256').update(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`).digest()
+  hash[6] = 0x40 | (hash[6] & 0x0f) // version 4
+  hash[8] = 0x80 | (hash[8] & 0x3f) // RFC 4122 variant
+  const hex = hash.toString('hex', 0, 16)
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
+}
+
+/** The row that (re)schedules a task on its queue: its deterministic ID, due at its first run. */
+export function taskMessage(serviceName: string, binding: QueueBinding, msg: string, queue: QueueInfo & { task: string }): NewMessage {
+  const due = firstRun(queue, Date.now(), binding.options.timezone)
+  return messageDueAt(binding.target, msg, due, queue.task, taskId(serviceName, queue.task))
+}
+
+/** CAP's `(value, unit)` form, e.g. `.after(5, 'minutes')`, as one duration text. */
+function withUnit(value: unknown, unit: unknown): unknown {
+  return unit === undefined ? value : `${String(value)} ${String(unit)}`
+}
+
+/** A duration > 0 in milliseconds, or a valid cron expression. */
+function interval(value: unknown, what: string): number | string {
+  try {
+    const ms = parseDuration(value, what)
+    if (ms > 0) return ms
+  } catch {
+    if (typeof value === 'string' && looksLikeCron(value)) return checkCron(value, what)
+  }
+  throw invalid(what, value, `an interval > 0, as ${DURATION_FORMS}; or ${CRON_FORMS}`)
+}
+
+function taskName(value: unknown, what: string): string {
+  if (typeof value === 'string' && value.trim() && value.length <= MAX_TASK_NAME) return value
+  throw invalid(what, value, `a non-empty task name of at most ${MAX_TASK_NAME} characters`)
+}
+
+/** The request `send` would build from these arguments: `schedule` accepts exactly the forms `send` does. */
+function requestFor(args: unknown[]): TaskRequest {
+  // CAP's `send` builds the request and hands it to `this.dispatch`; capturing it reuses CAP's argument handling
+  // on every cds version instead of re-implementing it.
+  const capture = { dispatch: (req: TaskRequest) => req }
+  return (cds.Service.prototype.send as unknown as (...a: unknown[]) => TaskRequest).apply(capture, args)
+}
+
+/**
+ * What `srv.schedule(...)` returns. Nothing is written until it is awaited; then the task is upserted in the current
+ * transaction. Timing arguments are checked when `.after()` / `.every()` are called, so a typo fails right there.
+ */
+export class ScheduleBuilder implements PromiseLike<void> {
+  private readonly queue: QueueInfo
+  private written: Promise<void> | undefined
+
+  constructor(
+    private readonly srv: cds.Service,
+    private readonly req: TaskRequest
+  ) {
+    this.queue = req.queue = { ...req.queue, task: req.event }
+  }
+
+  private what(method: string): string {
+    return `${this.srv.name}.schedule(${JSON.stringify(this.req.event)}).${method}()`
+  }
+
+  /** Delays the first run. */
+  after(value: number | string, unit?: string): this {
+    this.queue.after = parseDuration(withUnit(value, unit), `delay of ${this.what('after')}`)
+    return this
+  }
+
+  /** Repeats the task: an interval counted from the end of the previous successful run, or a cron expression. */
+  every(value: number | string, unit?: string): this {
+    this.queue.every = interval(withUnit(value, unit), `interval of ${this.what('every')}`)
+    return this
+  }
+
+  /** Names the task, so one event can have several independent schedules. */
+  as(name: string): this {
+    this.queue.task = taskName(name, `task name of ${this.what('as')}`)
+    return this
+  }
+
+  /** CAP 9's name for `.as()`; without a name the task is named after the event, as it is anyway. */
+  asTask(name?: string): this {
+    return name === undefined ? this : this.as(name)
+  }
+
+  then<R1 = void, R2 = never>(
+    onfulfilled?: ((value: void) => R1 | PromiseLike<R1>) | null,
+    onrejected?: ((reason: unknown) => R2 | PromiseLike<R2>) | null
+  ): Promise<R1 | R2> {
+    // Awaiting twice writes once.
+    this.written ??= this.write()
+    return this.written.then(onfulfilled, onrejected)
+  }
+
+  private async write(): Promise<void> {
+    if (!this.queue.task) {
+      throw new QueueError(`${this.srv.name}.schedule(...) has no event name to name the task by; name it with .as(name)`, 'INVALID_QUEUE_INPUT')
+    }
+    const proxy = cds.queued(this.srv) as unknown as { send(req: TaskRequest): Promise<unknown> }
+    await proxy.send(this.req)
+  }
+}
+
+/** `srv.schedule(...)`, with CAP 9's `srv.schedule.task(...)` (every schedule is a task now). */
+export function scheduleFor(srv: cds.Service): ((...args: unknown[]) => ScheduleBuilder) & { task: (...args: unknown[]) => ScheduleBuilder } {
+  const schedule = (...args: unknown[]): ScheduleBuilder => new ScheduleBuilder(srv, requestFor(args))
+  return Object.assign(schedule, { task: schedule })
+}
+
+/** `srv.unschedule(name)`: removes the task in the current transaction; resolves to the number of tasks removed. */
+export async function unschedule(srv: cds.Service, name: unknown): Promise<number> {
+  const original = cds.unqueued(srv) as ServiceWithOptions
+  const task = taskName(name, `task name of ${original.name}.unschedule()`)
+  // Without persistence (`cds.requires.queue: false`) tasks only live until they ran once: nothing to remove.
+  if (!cds.db || !bindingFor(original.name, original.options).persistent) return 0
+  return runner.store.unschedule(taskId(original.name, task))
+}
+
+/** `srv.unschedule(name)`, with CAP 9's `srv.unschedule.task(name)`. */
+export function unscheduleFor(srv: cds.Service): ((name: string) => Promise<number>) & { task: (name: string) => Promise<number> } {
+  const remove = (name: string): Promise<number> => unschedule(srv, name)
+  return Object.assign(remove, { task: remove })
+}
