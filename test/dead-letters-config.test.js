@@ -1,0 +1,36 @@
+const { startApp } = require('./support/app')
+const cds = require('@sap/cds')
+
+const USERS = {
+  ops: { password: 'ops', roles: ['internal-user'] },
+  admin: { password: 'admin', roles: ['queue-admin'] }
+}
+const app = startApp({
+  requires: { auth: { kind: 'mocked', users: USERS }, 'dead-letter-queue': { roles: 'queue-admin' } },
+  log: { levels: { odata: 'warn', error: 'error' } }
+})
+
+const get = (user, url) =>
+  app.axios.get(`/odata/v4/outbox-dead-letter-queue${url}`, { auth: { username: user, password: USERS[user].password }, validateStatus: () => true })
+
+describe('dead letter service configuration', () => {
+  test('cds.requires.dead-letter-queue.roles replaces internal-user as the required role', async () => {
+    expect((await get('admin', '/DeadOutboxMessages')).status).toBe(200)
+    expect((await get('admin', '/statistics()')).status).toBe(200)
+    expect((await get('ops', '/DeadOutboxMessages')).status).toBe(403)
+  })
+
+  test('roles that are not role names fail with an error naming the option', () => {
+    const { configuredRoles } = require('cds-event-queues/srv/dead-letters')
+    const conf = cds.env.requires['dead-letter-queue']
+    const roles = conf.roles
+    try {
+      for (const bad of [42, [], [''], { role: 'x' }]) {
+        conf.roles = bad
+        expect(() => configuredRoles()).toThrow(/Invalid cds\.requires\.dead-letter-queue\.roles: .*Expected a role name/)
+      }
+    } finally {
+      conf.roles = roles
+    }
+  })
+})
