@@ -33,6 +33,23 @@ function flag(raw: Raw, key: string, where: string, fallback: boolean): boolean 
   throw invalid(`${where}.${key}`, value, 'true or false')
 }
 
+/** The canonical name of an IANA time zone the runtime knows (Intl resolves zones as cron-parser does), else undefined. */
+function knownTimeZone(name: string): string | undefined {
+  try {
+    return Intl.DateTimeFormat('en-US', { timeZone: name }).resolvedOptions().timeZone
+  } catch {
+    return undefined
+  }
+}
+
+function timezone(raw: Raw, where: string): string | undefined {
+  const value = raw.timezone
+  if (value === undefined) return undefined
+  const zone = typeof value === 'string' ? knownTimeZone(value) : undefined
+  if (!zone) throw invalid(`${where}.timezone`, value, "an IANA time zone name like 'UTC' or 'Europe/Berlin'")
+  return zone
+}
+
 function backoff(raw: Raw, where: string): BackoffOptions {
   const value = raw.backoff ?? {}
   if (typeof value !== 'object' || value === null) {
@@ -61,7 +78,8 @@ export function resolveQueueOptions(raw: Raw, where: string): QueueOptions {
     backoff: backoff(raw, where),
     storeLastError: flag(raw, 'storeLastError', where, true),
     maxErrorLength: integer(raw, 'maxErrorLength', where, 4000, 100),
-    legacyLocking: flag(raw, 'legacyLocking', where, false)
+    legacyLocking: flag(raw, 'legacyLocking', where, false),
+    timezone: timezone(raw, where)
   }
 }
 
@@ -110,13 +128,16 @@ export function bindingFor(serviceName: string, conf: Raw | undefined, programma
     const own = named && typeof named === 'object' ? (named as Raw) : {}
     return bind(setting, { ...globalConfig(), ...own, ...programmatic }, `cds.requires.${setting}`)
   }
-  if (setting && typeof setting === 'object') {
-    return bind(serviceName, { ...globalConfig(), ...(setting as Raw), ...programmatic }, where)
+  // Options of its own (configured or passed to cds.queued) give the service a queue of its own, as `outboxed: {…}`
+  // does in CAP, so they never leak into the default queue other services share.
+  const own = setting && typeof setting === 'object' && !Array.isArray(setting) ? (setting as Raw) : undefined
+  if (own || (programmatic && Object.keys(programmatic).length)) {
+    return bind(serviceName, { ...globalConfig(), ...own, ...programmatic }, own ? where : 'cds.queued() options')
   }
   if (setting !== undefined && typeof setting !== 'boolean') {
     throw invalid(where, setting, 'true, false, a queue name, or an object of queue options')
   }
-  return bind(DEFAULT_QUEUE, { ...globalConfig(), ...programmatic }, programmatic ? 'cds.queued() options' : 'cds.requires.queue')
+  return bind(DEFAULT_QUEUE, globalConfig(), 'cds.requires.queue')
 }
 
 function bind(target: string, raw: Raw, where: string): QueueBinding {

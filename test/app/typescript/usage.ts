@@ -1,0 +1,24 @@
+// Compiled by test/types.test.js with `tsc --noEmit`: the public API must type-check as users write it.
+import cds, { flush } from '@sap/cds'
+import type { EventQueues, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
+
+export async function usage(): Promise<void> {
+  const { queued, unqueued } = cds as typeof cds & EventQueues
+  const srv = await cds.connect.to('Target')
+  const qd = queued(srv, { maxAttempts: 3, timeout: '10m', backoff: { base: '1s', jitter: 0.2 } })
+  await qd.emit('ping', { n: 1 })
+  const max: number = qd.queued.maxAttempts
+  void max
+  const same: typeof srv = unqueued(qd)
+  void same
+  await flush()
+  await (cds as typeof cds & EventQueues).flush()
+  const removed: number = await srv.unschedule('replicate')
+  void removed
+  const builder = srv.schedule('replicate', { entity: 'Airports' }) as unknown as ScheduleBuilder
+  await builder.every('10m').as('replicate-airports').after('1h')
+  srv.on('ping', req => {
+    const info = (req as unknown as { queue: QueueMessageInfo }).queue
+    return info.messageId
+  })
+}

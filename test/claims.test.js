@@ -1,0 +1,66 @@
+const { startApp } = require('./support/app')
+const { waitFor, sleep } = require('./support/wait')
+const { MESSAGES, messages, millis, capRow } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+startApp({ requires: { queue: { pollInterval: '200ms', backoff: { base: 10, max: 50 } } } })
+
+describe('claims and leases', () => {
+  let srv, queued
+  const runs = []
+  beforeAll(async () => {
+    srv = await cds.connect.to('Target')
+    queued = cds.queued(srv)
+    srv.on('record', req => void runs.push({ tag: req.data.tag, attempt: req.queue.attempt }))
+  })
+  afterEach(() => DELETE.from(MESSAGES))
+
+  test('a claim records who holds the message and since when, while its handler runs', async () => {
+    let release, seenRow
+    const blocked = new Promise(resolve => (release = resolve))
+    srv.on('held', () => blocked)
+    const before = Date.now()
+    await cds.tx(() => queued.emit('held', {}))
+    seenRow = await waitFor(async () => {
+      const [row] = await messages()
+      return row?.status === 'processing' && row
+    }, { what: 'the claim' })
+    release()
+    expect(seenRow.claimedBy).toMatch(new RegExp(`:${process.pid}:`))
+    expect(millis(seenRow.claimedAt)).toBeGreaterThanOrEqual(before - 5)
+    expect(millis(seenRow.dueAt)).toBeGreaterThan(Date.now() + 59 * 60 * 1000) // the lease: timeout '1h'
+    await waitFor(async () => (await messages()).length === 0, { what: 'completion' })
+  })
+
+  test.each([0, 2])(
+    'a row left in processing by a crashed process (%i earlier attempts) is reclaimed when its lease expires, not before',
+    async previous => {
+      const lease = 1200
+      const row = {
+        ...capRow({ event: 'record', data: { tag: `crashed-${previous}` } }),
+        status: 'processing', attempts: previous, claimedBy: 'crashed-host:1:000000',
+        claimedAt: new Date(Date.now() - 5000).toISOString(), dueAt: new Date(Date.now() + lease).toISOString()
+      }
+      await INSERT.into(MESSAGES).entries(row)
+      await sleep(lease - 500)
+      expect(runs.find(r => r.tag === row.tag)).toBeUndefined()
+      const run = await waitFor(() => runs.find(r => r.tag === `crashed-${previous}`), { timeout: 3000, what: 'reclaim' })
+      // the lost attempt of the crashed process counts
+      expect(run.attempt).toBe(previous + 2)
+    }
+  )
+
+  test('a message that keeps killing its process still ends as a dead letter: every expired lease counts', async () => {
+    const row = {
+      ...capRow({ event: 'record', data: { tag: 'killer' } }),
+      status: 'processing', attempts: 9, claimedBy: 'crashed-host:1:000000',
+      claimedAt: new Date(Date.now() - 5000).toISOString(), dueAt: new Date(Date.now() - 1).toISOString()
+    }
+    await INSERT.into(MESSAGES).entries(row)
+    await cds.flush()
+    const [dead] = await messages()
+    expect(dead).toMatchObject({ attempts: 10, dueAt: null })
+    expect(dead.lastError).toContain('crashed-host:1:000000')
+    expect(runs.find(r => r.tag === 'killer')).toBeUndefined()
+  })
+})

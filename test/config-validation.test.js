@@ -1,0 +1,46 @@
+const { execFile } = require('child_process')
+const path = require('path')
+const { startApp, APP } = require('./support/app')
+const cds = require('@sap/cds')
+
+startApp()
+
+/** Boots the test app in a new process with `requires` merged in; resolves to its exit code and stderr. */
+function boot(requires) {
+  const config = { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } }, ...requires } }
+  return new Promise(resolve => {
+    execFile(process.execPath, [path.join(__dirname, 'support', 'boot-child.js')], {
+      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config) }, timeout: 30000
+    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stderr }))
+  })
+}
+
+describe('configuration validation', () => {
+  test.each([
+    [{ queue: { maxAttempts: 'ten' } }, 'Invalid cds.requires.queue.maxAttempts: "ten". Expected an integer >= 1.'],
+    [{ queue: { timeout: '-5m' } }, 'Invalid cds.requires.queue.timeout: "-5m"'],
+    [{ queue: { pollInterval: 'soon' } }, 'Invalid cds.requires.queue.pollInterval: "soon"'],
+    [{ queue: { backoff: { jitter: 2 } } }, 'Invalid cds.requires.queue.backoff.jitter: 2. Expected a number from 0 to 1.'],
+    [{ queue: { concurrency: 0 } }, 'Invalid cds.requires.queue.concurrency: 0. Expected an integer from 1 to 1000.'],
+    [{ Outboxed: { impl: 'srv/plain-service.js', outboxed: 42 } }, 'Invalid cds.requires.Outboxed.outboxed: 42. Expected true, false, a queue name, or an object of queue options.'],
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1']
+  ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
+    const { code, stderr } = await boot(requires)
+    expect(code).not.toBe(0)
+    expect(stderr).toContain(message)
+  })
+
+  test('a valid configuration starts', async () => {
+    const { code, stderr } = await boot({ queue: { maxAttempts: 5, timeout: '10m', backoff: { base: '2s', factor: 2 } } })
+    expect(stderr).toBe('')
+    expect(code).toBe(0)
+  })
+
+  test('cds.queued of a database service, of a plain object, or with options that are no object fails clearly', async () => {
+    expect(() => cds.queued(cds.db)).toThrow("cds.queued(srv): 'db' is a database service, which cannot be queued")
+    expect(() => cds.queued({})).toThrow('Invalid argument of cds.queued(srv): {}. Expected a CAP service')
+    expect(() => cds.queued(undefined)).toThrow('Invalid argument of cds.queued(srv): undefined')
+    const srv = await cds.connect.to('Plain')
+    expect(() => cds.queued(srv, 'fast')).toThrow('Invalid options of cds.queued(srv, options): "fast". Expected an object of queue options.')
+  })
+})

@@ -1,0 +1,97 @@
+const { startApp } = require('./support/app')
+const { waitFor } = require('./support/wait')
+const { MESSAGES, messages } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+startApp({ requires: { queue: { backoff: { base: 5, max: 20 } } } })
+
+/** Emits `event` on the service as a consumer would (cds.connect.to applies the configuration). */
+async function emitOn(name, event, data = {}) {
+  const srv = await cds.connect.to(name)
+  await cds.tx(() => srv.emit(event, data))
+  return srv
+}
+
+/** Whether a call on the service was stored as a row (queued) or handled synchronously. */
+async function isQueued(name) {
+  const original = cds.unqueued(await cds.connect.to(name))
+  let ran = false
+  original.on('probe', () => { ran = true })
+  let rows
+  await cds.tx(async () => {
+    await (await cds.connect.to(name)).emit('probe', {})
+    rows = await SELECT.from(MESSAGES).where({ msg: { like: `%"service":"${name}"%` } })
+  })
+  const synchronously = ran
+  await cds.flush()
+  return { queued: rows.length === 1 && !synchronously, target: rows[0]?.target }
+}
+
+describe('configuration', () => {
+  afterEach(() => DELETE.from(MESSAGES))
+
+  test('outboxed: true queues the service on the default queue', async () => {
+    expect(await isQueued('Outboxed')).toEqual({ queued: true, target: 'queue' })
+  })
+
+  test("outboxed: 'queueName' puts the service on that named queue", async () => {
+    expect(await isQueued('NamedQueue')).toEqual({ queued: true, target: 'slowQueue' })
+  })
+
+  test('outboxed: { options } gives the service a queue of its own', async () => {
+    expect(await isQueued('OwnQueue')).toEqual({ queued: true, target: 'OwnQueue' })
+  })
+
+  test('the legacy keys outbox and queued queue the service too', async () => {
+    expect(await isQueued('LegacyOutbox')).toEqual({ queued: true, target: 'queue' })
+    expect(await isQueued('LegacyQueued')).toEqual({ queued: true, target: 'queue' })
+  })
+
+  test('outboxed: false and services without the setting run synchronously', async () => {
+    expect((await isQueued('NotQueued')).queued).toBe(false)
+    expect((await isQueued('Plain')).queued).toBe(false)
+  })
+
+  test('messaging services are queued by default, local-messaging and file-based-messaging included', async () => {
+    expect(await isQueued('messaging')).toEqual({ queued: true, target: 'queue' })
+    expect(await isQueued('fileMessaging')).toEqual({ queued: true, target: 'queue' })
+  })
+
+  test('outboxed: false opts a messaging service out', async () => {
+    expect((await isQueued('syncMessaging')).queued).toBe(false)
+  })
+
+  test('the effective options of a queue are visible on the proxy, as in CAP', async () => {
+    const own = await cds.connect.to('OwnQueue')
+    expect(own.queued).toMatchObject({ maxAttempts: 3 })
+    expect((await cds.connect.to('Outboxed')).queued).toMatchObject({ maxAttempts: 10 })
+  })
+
+  test('options passed to cds.queued(srv, options) give that service a queue of its own, never the shared one', async () => {
+    const plain = cds.queued(await cds.connect.to('Plain'), { maxAttempts: 4 })
+    expect(plain.queued).toMatchObject({ maxAttempts: 4 })
+    await cds.tx(() => plain.emit('probe', {}))
+    const [row] = await SELECT.from(MESSAGES).where({ msg: { like: '%"service":"Plain"%' } })
+    expect(row.target).toBe('Plain')
+    expect((await cds.connect.to('Outboxed')).queued).toMatchObject({ maxAttempts: 10 })
+    await cds.flush()
+  })
+
+  test.each([
+    ['NamedQueue', 2], // cds.requires.slowQueue.maxAttempts
+    ['OwnQueue', 3], // cds.requires.OwnQueue.outboxed.maxAttempts
+    ['Outboxed', 10] // the default
+  ])('per-queue maxAttempts is honoured when %s messages are processed: dead after %i attempts', async (name, max) => {
+    const original = cds.unqueued(await cds.connect.to(name))
+    let runs = 0
+    original.on('always-fails', () => { runs++; throw new Error('remote down') })
+    await emitOn(name, 'always-fails')
+    const dead = await waitFor(async () => {
+      await cds.flush()
+      const [row] = await messages()
+      return row && row.attempts >= max && row
+    }, { timeout: 20000, what: `${name} to become a dead letter` })
+    expect(dead.attempts).toBe(max)
+    expect(runs).toBe(max)
+  })
+})
