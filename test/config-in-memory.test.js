@@ -1,0 +1,51 @@
+const { startApp } = require('./support/app')
+const { waitFor, sleep } = require('./support/wait')
+const cds = require('@sap/cds')
+
+startApp({ requires: { queue: false } })
+
+describe('cds.requires.queue: false', () => {
+  let srv, queued
+  const runs = []
+  beforeAll(async () => {
+    srv = await cds.connect.to('Target')
+    queued = cds.queued(srv)
+    srv.on('note', req => void runs.push(req.data.n))
+  })
+
+  test('persists nothing: the queue table is not even part of the model', () => {
+    expect(cds.model.definitions['cds.outbox.Messages']).toBeUndefined()
+  })
+
+  test('a queued call runs once, after commit, not during the transaction', async () => {
+    await cds.tx(async () => {
+      await queued.emit('note', { n: 1 })
+      await sleep(30)
+      expect(runs).toEqual([])
+    })
+    await waitFor(() => runs.includes(1), { what: 'the in-memory dispatch after commit' })
+    await sleep(50)
+    expect(runs.filter(n => n === 1)).toHaveLength(1)
+  })
+
+  test('a rolled-back transaction runs nothing', async () => {
+    await expect(cds.tx(async () => {
+      await queued.emit('note', { n: 2 })
+      throw new Error('rollback')
+    })).rejects.toThrow('rollback')
+    await sleep(100)
+    expect(runs).not.toContain(2)
+  })
+
+  test('a failing call is logged and not retried; the next one still runs', async () => {
+    let failures = 0
+    srv.on('fragile', () => { failures++; throw new Error('in-memory failure') })
+    await cds.tx(async () => {
+      await queued.emit('fragile', {})
+      await queued.emit('note', { n: 3 })
+    })
+    await waitFor(() => runs.includes(3))
+    await sleep(100)
+    expect(failures).toBe(1)
+  })
+})
