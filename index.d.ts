@@ -30,8 +30,12 @@ export interface BackoffOptions {
 export interface QueueOptions {
   /** Attempts before a message becomes a dead letter. Default 10. */
   maxAttempts?: number
-  /** Lease of a claim: after this a claimed message counts as abandoned and is claimed again. Default '1h'. */
+  /** Lease of a claim, renewed while the handler runs: a claim not renewed for this long is taken over. Default '1h'. */
   timeout?: Duration
+  /** How long one attempt may run; then its signal aborts and the message is taken over. Default '1h'. */
+  handlerTimeout?: Duration
+  /** Largest stored message in bytes; larger payloads fail at the call. Default 4194304 (4 MiB). */
+  maxMessageSize?: number
   backoff?: BackoffOptions
   /** Keep the error of the last failed attempt in `lastError`. Default true. */
   storeLastError?: boolean
@@ -41,6 +45,19 @@ export interface QueueOptions {
   timezone?: string
   /** Accepted for compatibility with CAP's configuration; it changes nothing here. */
   legacyLocking?: boolean
+  /**
+   * The ordering key of each message: a path into the event's data (`'ID'`, `'order.ID'`) or, given to
+   * `cds.queued(srv, options)`, a function of the request. Messages with the same key run one at a time, in enqueue
+   * order. A call's `x-ordering-key` header wins. Default: none (unordered).
+   */
+  orderingKey?: string | ((req: { event?: string; data?: any; headers?: Record<string, unknown> }) => string | number | undefined | null)
+  /**
+   * When the first message of a key becomes a dead letter: `'continue'` (default) runs the key's later messages;
+   * `'block'` holds them until the dead letter is revived (it runs first) or deleted.
+   */
+  orderingOnDeadLetter?: 'continue' | 'block'
+  /** Messages of this queue one process runs at the same time, within the runner's `concurrency`. Default 10. */
+  concurrency?: number
 }
 
 /** What a queued handler finds in `req.queue`. */
@@ -49,6 +66,11 @@ export interface QueueMessageInfo {
   messageId: string
   /** 1 on the first attempt. */
   attempt: number
+  /**
+   * Aborts on shutdown (after `shutdownGrace`), when the claim is lost to another instance, and after
+   * `handlerTimeout`; `signal.reason.code` is `'SHUTDOWN'`, `'LEASE_LOST'` or `'HANDLER_TIMEOUT'`.
+   */
+  signal: AbortSignal
   /** Set for scheduled tasks. */
   task?: string
   every?: number | string
@@ -58,7 +80,7 @@ export interface QueueMessageInfo {
 /** A queued proxy of a service: `emit`, `send`, `run` persist the call and resolve to `undefined`. */
 export type QueuedService<S extends Service = Service> = S & {
   /** The effective options of the service's queue. */
-  readonly queued: Required<Omit<QueueOptions, 'timezone'>> & Pick<QueueOptions, 'timezone'>
+  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'>
   readonly outboxed: QueuedService<S>['queued']
   flush(): Promise<void>
 }

@@ -21,4 +21,8 @@ entity Messages {
       dueAt                : Timestamp default $now;
       claimedBy            : String(255);
       claimedAt            : Timestamp;
+      // Messages with the same key run one at a time, in `timestamp` order; null = unordered. Not CAP's `partition`:
+      // keys are entity IDs (strings), an Integer would need a hash whose collisions make unrelated keys wait, and
+      // CAP's rows carry partition 0, which would put all of them under one key.
+      orderingKey          : String(255);
 }

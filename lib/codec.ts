@@ -84,6 +84,17 @@ export function encode(req: Dispatchable, context: ContextLike, serviceName: str
   return strictJSON(msg, req.event)
 }
 
+/** Refuses a message above the queue's `maxMessageSize` at the enqueuing call, before anything is written. */
+export function assertSize(msg: string, maxMessageSize: number, event: string | undefined): void {
+  const size = Buffer.byteLength(msg, 'utf8')
+  if (size <= maxMessageSize) return
+  throw new QueueError(
+    `Cannot queue event ${JSON.stringify(event)}: the message is ${size} bytes, above the queue's maxMessageSize of ` +
+      `${maxMessageSize} bytes. Queue a reference to the data instead, or raise maxMessageSize.`,
+    'MESSAGE_TOO_LARGE'
+  )
+}
+
 /** A message as read back from a row, ready to dispatch. */
 export interface DecodedMessage {
   serviceName: string
@@ -121,10 +132,22 @@ export function timestamp100ns(offsetMs = 0): string {
   return timestampAt(Date.now() + offsetMs)
 }
 
-/** CAP's timestamp format for the epoch milliseconds `ms`: the 100-ns digits come from the clock, the rest is `ms`. */
+/** The last timestamp issued for the present: messages enqueued one after another must get increasing timestamps. */
+const lastIssued = { ms: 0, sub: 0 }
+
+/**
+ * CAP's timestamp format for the epoch milliseconds `ms`: the 100-ns digits come from the clock, the rest is `ms`.
+ * The high-resolution clock is not aligned with `Date.now()`, so its digits can wrap within one millisecond; present
+ * timestamps are kept strictly increasing, because ordering keys run messages in timestamp order.
+ */
 export function timestampAt(ms: number): string {
-  const digits = String(process.hrtime.bigint() % 1_000_000_000n).padStart(9, '0').substring(3, 7)
-  return new Date(ms).toISOString().replace('Z', `${digits}Z`)
+  // Whole microseconds in the 100-ns digits: PostgreSQL keeps no more, and rounding would make neighbours equal.
+  let sub = Number((process.hrtime.bigint() / 1000n) % 1000n) * 10
+  if (ms <= Date.now()) {
+    if (ms === lastIssued.ms && sub <= lastIssued.sub) sub = Math.min(lastIssued.sub + 10, 9_990)
+    if (ms >= lastIssued.ms) Object.assign(lastIssued, { ms, sub })
+  }
+  return new Date(ms).toISOString().replace('Z', `${String(sub).padStart(4, '0')}Z`)
 }
 
 /** A new row for `msg` on queue `target`, due after `afterMs`. */

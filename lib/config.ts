@@ -1,7 +1,8 @@
 import cds from '@sap/cds'
 import { invalid } from './errors'
 import { parseDuration } from './durations'
-import type { BackoffOptions, QueueOptions, RunnerOptions } from './interfaces'
+import { dataPathKey, isDataPath } from './ordering'
+import type { BackoffOptions, DeadLetterOrdering, OrderingKeySource, QueueOptions, RunnerOptions } from './interfaces'
 
 /** The queue every service uses unless configured otherwise; CAP's name for it. */
 export const DEFAULT_QUEUE = 'queue'
@@ -10,6 +11,9 @@ type Raw = Record<string, unknown>
 
 const PERSISTENT_KINDS = ['persistent-queue', 'persistent-outbox']
 const KINDS = [...PERSISTENT_KINDS, 'in-memory-queue', 'in-memory-outbox']
+
+/** 4 MiB: far above ordinary events, well below what makes a row slow to write, read and claim. */
+const DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 /** CAP's backoff curve: (1.5^attempts - 1) s, capped at 1,480 s. */
 const CAP_BACKOFF: BackoffOptions = { base: 1000, factor: 1.5, max: 1_480_000, jitter: 0 }
@@ -50,6 +54,23 @@ function timezone(raw: Raw, where: string): string | undefined {
   return zone
 }
 
+/** A data path into `req.data` (configuration) or a function of the request (`cds.queued(srv, { orderingKey })`). */
+function orderingKey(raw: Raw, where: string): OrderingKeySource | undefined {
+  const value = raw.orderingKey
+  if (value === undefined || value === null) return undefined
+  if (typeof value === 'function') return value as OrderingKeySource
+  if (isDataPath(value)) return dataPathKey(value)
+  throw invalid(`${where}.orderingKey`, value, "a path into the event's data like 'ID' or 'order.ID', or a function req => key")
+}
+
+const DEAD_LETTER_ORDERING: DeadLetterOrdering[] = ['continue', 'block']
+
+function orderingOnDeadLetter(raw: Raw, where: string): DeadLetterOrdering {
+  const value = raw.orderingOnDeadLetter ?? 'continue'
+  if (DEAD_LETTER_ORDERING.includes(value as DeadLetterOrdering)) return value as DeadLetterOrdering
+  throw invalid(`${where}.orderingOnDeadLetter`, value, DEAD_LETTER_ORDERING.map(v => `'${v}'`).join(' or '))
+}
+
 function backoff(raw: Raw, where: string): BackoffOptions {
   const value = raw.backoff ?? {}
   if (typeof value !== 'object' || value === null) {
@@ -75,11 +96,17 @@ export function resolveQueueOptions(raw: Raw, where: string): QueueOptions {
   return {
     maxAttempts: integer(raw, 'maxAttempts', where, 10, 1),
     timeout: duration(raw, 'timeout', where, '1h', 1),
+    handlerTimeout: duration(raw, 'handlerTimeout', where, '1h', 1),
+    maxMessageSize: integer(raw, 'maxMessageSize', where, DEFAULT_MAX_MESSAGE_SIZE, 1024),
     backoff: backoff(raw, where),
     storeLastError: flag(raw, 'storeLastError', where, true),
     maxErrorLength: integer(raw, 'maxErrorLength', where, 4000, 100),
     legacyLocking: flag(raw, 'legacyLocking', where, false),
-    timezone: timezone(raw, where)
+    timezone: timezone(raw, where),
+    orderingKey: orderingKey(raw, where),
+    orderingOnDeadLetter: orderingOnDeadLetter(raw, where),
+    // The default queue's options come from cds.requires.queue, where `concurrency` is the runner-wide limit too.
+    concurrency: integer(raw, 'concurrency', where, 10, 1, 1000)
   }
 }
 

@@ -14,6 +14,10 @@ export interface QueueOptions {
   maxAttempts: number
   /** Lease of a claim: a message claimed longer ago than this is considered abandoned and is claimed again. */
   timeout: number
+  /** How long one attempt may run in a live process; then its handler is abandoned and the message taken over. */
+  handlerTimeout: number
+  /** Largest `msg` (UTF-8 bytes) an enqueue may write; larger payloads fail at the call. */
+  maxMessageSize: number
   backoff: BackoffOptions
   /** Keep the last error of a failed attempt in `lastError`. */
   storeLastError: boolean
@@ -23,7 +27,22 @@ export interface QueueOptions {
   legacyLocking: boolean
   /** IANA time zone for the cron expressions of scheduled tasks; undefined = the process's time zone. */
   timezone: string | undefined
+  /** Derives a message's ordering key from the request; undefined = messages are unordered unless a call sets one. */
+  orderingKey: OrderingKeySource | undefined
+  /** What the later messages of a key do when the key's head becomes a dead letter. */
+  orderingOnDeadLetter: DeadLetterOrdering
+  /** Messages of this queue one process runs at the same time (never more than the runner's `concurrency`). */
+  concurrency: number
 }
+
+/** Derives an ordering key from a request about to be queued; `undefined` or `null` = unordered. */
+export type OrderingKeySource = (req: { event?: string; data?: unknown; headers?: Record<string, unknown> }) => unknown
+
+/**
+ * `continue`: the dead letter leaves its key and the later messages run. `block`: the key waits until the dead letter
+ * is revived (it runs first) or deleted.
+ */
+export type DeadLetterOrdering = 'continue' | 'block'
 
 /** Options of the runner as a whole (from `cds.requires.queue`). */
 export interface RunnerOptions {
@@ -59,6 +78,8 @@ export interface NewMessage {
   msg: string
   task?: string
   dueAt: Date
+  /** Messages with the same key run one at a time, in `timestamp` order. */
+  orderingKey?: string
 }
 
 /** The event context fields that are persisted: an allow-list, so credentials never reach the table. */
@@ -100,7 +121,7 @@ export interface StoredMessage {
 /** What a dispatch attempt came to. */
 export type Outcome =
   | { kind: 'succeeded' }
-  | { kind: 'retry'; error: unknown; attempts: number; dueAt: Date }
+  | { kind: 'retry'; error: unknown; attempts: number; delay: number }
   | { kind: 'dead'; error: unknown; attempts: number }
   | { kind: 'deferred'; dueAt: Date }
   | { kind: 'lost' }

@@ -1,8 +1,9 @@
 import cds from '@sap/cds'
 import { bindingFor, registerQueue, type QueueBinding } from './config'
-import { decode, encode, newMessage, type Dispatchable } from './codec'
+import { assertSize, decode, encode, newMessage, type Dispatchable } from './codec'
 import { dispatchNow } from './dispatch'
 import { invalid, QueueError } from './errors'
+import { orderingKeyOf } from './ordering'
 import { runner } from './runner'
 import { taskMessage } from './schedule'
 
@@ -68,6 +69,7 @@ export function unqueued<T>(srv: T): T {
 async function enqueue(original: Service, binding: QueueBinding, req: Dispatchable): Promise<undefined> {
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
   const msg = encode(req, context, original.name)
+  assertSize(msg, binding.options.maxMessageSize, req.event)
   if (!binding.persistent || !cds.db) return keepInMemory(context, msg, binding.target)
   const appid = (cds.env.appid as string) ?? null
   const task = req.queue?.task
@@ -75,7 +77,8 @@ async function enqueue(original: Service, binding: QueueBinding, req: Dispatchab
     await runner.store.upsertTask(taskMessage(original.name, binding, msg, { ...req.queue, task }), appid)
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
-    await runner.store.insert(newMessage(binding.target, msg, after), appid)
+    const orderingKey = orderingKeyOf(req, binding.options.orderingKey)
+    await runner.store.insert({ ...newMessage(binding.target, msg, after), orderingKey }, appid)
   }
   if (!context[$wakes]) {
     context[$wakes] = true

@@ -15,6 +15,12 @@ export interface Dialect {
   isoText(column: string): string
   /** How other processes learn of new messages at once; undefined where they can only poll. */
   readonly wakeUp?: WakeUp
+  /**
+   * Where concurrent claims can see different snapshots (PostgreSQL), the claim takes a transaction lock per ordering
+   * key it claimed and then re-checks the key: `keyLock(column)` tries the lock (true if taken). Undefined where the
+   * claim's UPDATE is atomic on its own (SQLite's single writer).
+   */
+  keyLock?(column: string): string
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */
@@ -34,6 +40,9 @@ const sqlite: Dialect = {
   isoText: column => column
 }
 
+/** The first key of the advisory locks on ordering keys (arbitrary, fixed). */
+const KEY_LOCK_SPACE = 0x0e0e
+
 /** The channel enqueuers notify and runners listen on. */
 const WAKE_CHANNEL = 'cds_event_queues'
 
@@ -50,7 +59,10 @@ const postgres: Dialect = {
   wakeUp: {
     signal: `SELECT pg_notify('${WAKE_CHANNEL}', '')`,
     listen: `LISTEN ${WAKE_CHANNEL}`
-  }
+  },
+  // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
+  // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
+  keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`
 }
 
 export function dialectFor(kind: string | undefined): Dialect {

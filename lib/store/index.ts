@@ -21,11 +21,48 @@ function columns(dialect: Dialect): string {
  * the runner at start, not by `cds deploy`: CAP keeps the queue model out of `$sources` (no db/init.js beside it
  * runs) and executes generated DDL in no guaranteed order; starting covers every way a database gets deployed.
  */
-const INDEXES = [`CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due ON ${TABLE} (appid, dueAt)`]
+const INDEXES = [
+  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due ON ${TABLE} (appid, dueAt)`,
+  // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
+  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key ON ${TABLE} (orderingKey, timestamp) WHERE orderingKey IS NOT NULL`,
+  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key_claimed ON ${TABLE} (orderingKey)
+     WHERE orderingKey IS NOT NULL AND status = 'processing'`
+]
+
+/** A piece of SQL with its parameters. */
+interface Fragment {
+  sql: string
+  params: unknown[]
+}
 
 /** Which rows this app owns: CAP's `appid` lets several apps share one table. */
-function ownRows(appid: string | undefined): { sql: string; params: unknown[] } {
-  return appid ? { sql: 'appid = ?', params: [appid] } : { sql: 'appid IS NULL', params: [] }
+function ownRows(appid: string | undefined, alias = ''): Fragment {
+  return appid ? { sql: `${alias}appid = ?`, params: [appid] } : { sql: `${alias}appid IS NULL`, params: [] }
+}
+
+/** Another row of row `r`'s ordering key, running under a lease that is still valid at `now`. */
+function runningOfKey(ownE: Fragment, now: string): Fragment {
+  return {
+    sql: `SELECT 1 FROM ${TABLE} e WHERE e.orderingKey = r.orderingKey AND ${ownE.sql}
+      AND e.status = 'processing' AND e.dueAt > ? AND e.ID <> r.ID`,
+    params: [...ownE.params, now]
+  }
+}
+
+/**
+ * Whether row `r` may be claimed as far as its ordering key goes: it is unordered, or it is the first of its key (by
+ * timestamp, then ID) and no other row of its key runs under a live lease. The second condition covers a row with an
+ * earlier timestamp that commits after a later one of its key was claimed: it waits until that one has finished.
+ */
+function keyIsFree(ownE: Fragment, now: string): Fragment {
+  const running = runningOfKey(ownE, now)
+  return {
+    sql: `(r.orderingKey IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${TABLE} e WHERE e.orderingKey = r.orderingKey AND ${ownE.sql}
+        AND (e.timestamp < r.timestamp OR (e.timestamp = r.timestamp AND e.ID < r.ID)))
+      AND NOT EXISTS (${running.sql})))`,
+    params: [...ownE.params, ...running.params]
+  }
 }
 
 /** Epoch ms of a timestamp read through `Dialect.isoText` (ISO, or SQLite's 'YYYY-MM-DD HH:MM:SS' from a default). */
@@ -39,10 +76,12 @@ function iso(date: Date | number): string {
   return new Date(date).toISOString()
 }
 
-const INSERT = `INSERT INTO ${TABLE} (ID, timestamp, target, msg, attempts, task, appid, dueAt) VALUES (?, ?, ?, ?, 0, ?, ?, ?)`
+const INSERT = `INSERT INTO ${TABLE} (ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey)
+  VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)`
 
 function insertParams(message: NewMessage, appid: string | null): unknown[] {
-  return [message.ID, message.timestamp, message.target, message.msg, message.task ?? null, appid, iso(message.dueAt)]
+  const { ID, timestamp, target, msg, task, dueAt, orderingKey } = message
+  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null]
 }
 
 /** Runs `fn` in a new transaction of its own (claims, outcomes), detached from any caller's transaction. */
@@ -60,16 +99,23 @@ export interface Claim {
 interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt'> {
   timestamp: unknown
   claimedAt: unknown
+  orderingKey: string | null
+  keyLocked?: unknown
 }
 
 export class Store {
   private readonly dialect: Dialect
-  private readonly own: { sql: string; params: unknown[] }
+  private readonly own: Fragment
+  /** `own` for the rows `e` of the ordering-key checks. */
+  private readonly ownE: Fragment
   private readonly columns: string
+  /** Transactions that already signal other processes on commit (see `signalOthers`). */
+  private readonly signalled = new WeakSet<object>()
 
   constructor(kind: string | undefined, appid: string | undefined) {
     this.dialect = dialectFor(kind)
     this.own = ownRows(appid)
+    this.ownE = ownRows(appid, 'e.')
     this.columns = columns(this.dialect)
   }
 
@@ -93,10 +139,18 @@ export class Store {
     await this.signalOthers()
   }
 
-  /** Tells other processes' runners about a new due row, on commit of the current transaction (where supported). */
+  /**
+   * Tells other processes' runners about a new due row, on commit of the current transaction (where supported). Once
+   * per transaction: the database delivers one notification per commit anyway, so a transaction enqueuing 100
+   * messages saves 99 round trips. A transaction object is never reused after it ends, so it identifies the commit.
+   */
   private async signalOthers(): Promise<void> {
     const wakeUp = this.dialect.wakeUp
-    if (wakeUp) await this.run(wakeUp.signal, [])
+    if (!wakeUp) return
+    const tx = (cds.context as { tx?: object } | undefined)?.tx
+    if (tx && this.signalled.has(tx)) return
+    await this.run(wakeUp.signal, [])
+    if (tx) this.signalled.add(tx)
   }
 
   /**
@@ -119,26 +173,62 @@ export class Store {
   }
 
   /**
-   * Claims up to `limit` due rows for `owner` until `leaseUntil`. A row whose previous lease expired counts that
-   * lost attempt, so a message that kills its process every time still ends as a dead letter.
+   * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
+   * process) and rows whose ordering key is busy (`keyIsFree`). A row whose previous lease expired counts that lost
+   * attempt, so a message that kills its process every time still ends as a dead letter.
    */
-  async claim(owner: string, now: number, leaseUntil: number, limit: number): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
     const claimedAt = iso(now)
+    const free = keyIsFree(this.ownE, claimedAt)
+    const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
     await this.run(
       `UPDATE ${TABLE} SET status = 'processing', claimedBy = ?, claimedAt = ?, dueAt = ?,
          attempts = attempts + CASE WHEN status = 'processing' THEN 1 ELSE 0 END,
          lastError = CASE WHEN status = 'processing'
            THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
          lastAttemptTimestamp = CASE WHEN status = 'processing' THEN claimedAt ELSE lastAttemptTimestamp END
-       WHERE ID IN (SELECT ID FROM ${TABLE} WHERE ${this.own.sql} AND dueAt <= ?
-         ORDER BY dueAt LIMIT ? ${this.dialect.skipLocked})`,
-      [owner, claimedAt, iso(leaseUntil), ...this.own.params, claimedAt, limit]
+       WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${this.own.sql} AND r.dueAt <= ? ${skip} AND ${free.sql}
+         ORDER BY r.dueAt LIMIT ? ${this.dialect.skipLocked})`,
+      [owner, claimedAt, iso(leaseUntil), ...this.own.params, claimedAt, ...skipTargets, ...free.params, limit]
     )
+    const keyLock = this.dialect.keyLock
     const rows = (await this.run(
-      `SELECT ${this.columns} FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ? ORDER BY timestamp`,
+      `SELECT ${this.columns}, orderingKey AS "orderingKey"${keyLock ? `, ${keyLock('orderingKey')} AS "keyLocked"` : ''}
+       FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ? ORDER BY timestamp`,
       [owner, claimedAt]
     )) as RawRow[]
-    return rows.map(r => ({ ...r, attempts: Number(r.attempts ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }))
+    const handedBack = keyLock ? await this.keysTakenMeanwhile(rows, owner, claimedAt) : new Set<string>()
+    return rows
+      .filter(r => !handedBack.has(r.ID))
+      .map(({ orderingKey, keyLocked, ...r }) => ({
+        ...r, attempts: Number(r.attempts ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt)
+      }))
+  }
+
+  /**
+   * PostgreSQL: two claims that started from different snapshots may each see a different row of one key as free.
+   * Each claim holds the key's lock from its read-back to its commit, and checks the key again after taking it (a
+   * new statement sees every claim that committed before): a row whose key is locked by a claim in progress, or now
+   * runs elsewhere, is handed back at once. Unordered claims skip this.
+   */
+  private async keysTakenMeanwhile(rows: RawRow[], owner: string, claimedAt: string): Promise<Set<string>> {
+    const keyed = rows.filter(r => r.orderingKey !== null && r.orderingKey !== undefined)
+    if (keyed.length === 0) return new Set()
+    const running = runningOfKey(this.ownE, claimedAt)
+    const taken = (await this.run(
+      `SELECT r.ID AS "ID" FROM ${TABLE} r WHERE r.claimedBy = ? AND r.claimedAt = ? AND r.orderingKey IS NOT NULL
+         AND EXISTS (${running.sql})`,
+      [owner, claimedAt, ...running.params]
+    )) as { ID: string }[]
+    const handBack = new Set([...keyed.filter(r => !r.keyLocked).map(r => r.ID), ...taken.map(r => r.ID)])
+    if (handBack.size === 0) return handBack
+    const IDs = [...handBack]
+    await this.run(
+      `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ?
+       WHERE claimedBy = ? AND claimedAt = ? AND ID IN (${IDs.map(() => '?').join(', ')})`,
+      [claimedAt, owner, claimedAt, ...IDs]
+    )
+    return handBack
   }
 
   /** Deletes a processed row, in the handler's transaction; false if the claim was lost meanwhile. */
@@ -173,11 +263,14 @@ export class Store {
     return rows.length > 0 && millis(rows[0].timestamp) === timestamp
   }
 
-  /** Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. */
-  async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number): Promise<boolean> {
+  /**
+   * Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. A dead letter that must
+   * not hold back its ordering key (`leaveKey`) leaves it: the key's later messages then run.
+   */
+  async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey = false): Promise<boolean> {
     const n = await this.changes(
       `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, attempts = ?, lastError = ?,
-         lastAttemptTimestamp = ?, dueAt = ? WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`,
+         lastAttemptTimestamp = ?, dueAt = ?${leaveKey ? ', orderingKey = NULL' : ''} WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`,
       [attempts, lastError, iso(now), dueAt && iso(dueAt), claim.ID, claim.claimedBy, iso(claim.claimedAt)]
     )
     return n === 1
@@ -201,11 +294,15 @@ export class Store {
     return n === 1
   }
 
-  /** When the next row becomes due (or a lease expires); undefined if nothing is pending. */
-  async nextDue(): Promise<number | undefined> {
+  /**
+   * When the next row becomes due (or a lease expires) after `after`, the time of a claim that found nothing;
+   * undefined if nothing is pending. Rows due by then were skipped by that claim: their ordering key is busy, or
+   * another process is claiming them. Their turn comes with a wake-up (a finished message), not with a timer.
+   */
+  async nextDue(after: number): Promise<number | undefined> {
     const rows = (await this.run(
-      `SELECT ${this.dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${this.own.sql} AND dueAt IS NOT NULL`,
-      this.own.params
+      `SELECT ${this.dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${this.own.sql} AND dueAt > ?`,
+      [...this.own.params, iso(after)]
     )) as { next: unknown }[]
     const next = millis(rows[0]?.next)
     return Number.isNaN(next) ? undefined : next
