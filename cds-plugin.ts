@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api'
 import { isPersistent, validateConfiguration } from './lib/config'
+import { survivePoolErrors } from './lib/pool-errors'
 import { runner } from './lib/runner'
 
 const LOG = cds.log('queue')
@@ -16,3 +17,8 @@ cds.on('served', () => {
   runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
 })
 cds.on('shutdown', () => runner.stop())
+cds.on('connect', srv => {
+  if (!(srv instanceof cds.DatabaseService)) return
+  survivePoolErrors(srv)
+  runner.stopsBefore(srv)
+})

@@ -18,10 +18,14 @@ export class ClaimLost extends Error {
   }
 }
 
-/** What the handler sees as `req.queue`, besides CAP's scheduling fields: the stable message ID and the attempt. */
+/**
+ * What the handler sees as `req.queue`, besides CAP's scheduling fields: the stable message ID, the attempt, and a
+ * signal that aborts on shutdown (after the grace period), on lease loss and after `handlerTimeout`.
+ */
 export interface QueueInfoAtRuntime {
   messageId: string
   attempt: number
+  signal: AbortSignal
   [key: string]: unknown
 }
 
@@ -73,7 +77,12 @@ export function dispatchNow(message: DecodedMessage): Promise<void> {
  * The row is deleted in that same transaction, so the handler's database writes and the completion commit or
  * roll back together.
  */
-export async function attempt(row: MessageRow, claim: Claim, store: Store): Promise<{ outcome: Outcome; message?: DecodedMessage }> {
+export async function attempt(
+  row: MessageRow,
+  claim: Claim,
+  store: Store,
+  signal: AbortSignal
+): Promise<{ outcome: Outcome; message?: DecodedMessage }> {
   const options = optionsFor(row.target)
   let message: DecodedMessage
   try {
@@ -87,7 +96,7 @@ export async function attempt(row: MessageRow, claim: Claim, store: Store): Prom
   // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
   if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
   try {
-    await dispatchInTx(message, { messageId: row.ID, attempt: row.attempts + 1 }, async (srv, result) => {
+    await dispatchInTx(message, { messageId: row.ID, attempt: row.attempts + 1, signal }, async (srv, result) => {
       await finish(row, claim, message, store)
       const callback = callbackFor(srv as unknown as cds.Service, message, { succeeded: result })
       if (callback) await store.insert(newMessage(row.target, callback), row.appid)
@@ -123,7 +132,7 @@ function failure(error: unknown, row: MessageRow, options: QueueOptions): Outcom
     return { kind: 'dead', error, attempts: Math.max(attempts, options.maxAttempts) }
   }
   if (attempts >= options.maxAttempts) return { kind: 'dead', error, attempts }
-  return { kind: 'retry', error, attempts, dueAt: new Date(Date.now() + backoffDelay(attempts, options.backoff)) }
+  return { kind: 'retry', error, attempts, delay: backoffDelay(attempts, options.backoff) }
 }
 
 export function logOutcome(row: MessageRow, outcome: Outcome): void {
@@ -133,7 +142,7 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       LOG._debug && LOG.debug(`${what} processed`)
       break
     case 'retry':
-      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying at ${outcome.dueAt.toISOString()}:`, outcome.error)
+      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms:`, outcome.error)
       break
     case 'dead':
       if (isProgrammingError(outcome.error)) LOG.error(`${what}: programming error in the handler, moved to dead letters:`, outcome.error)

@@ -1,7 +1,11 @@
 import { inspect } from 'util'
 
-/** Credentials that error messages sometimes carry (HTTP clients echo their request). */
-const CREDENTIALS = /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|("?(?:authorization|cookie|password|client_?secret)"?\s*[:=]\s*)("[^"]*"|'[^']*'|[^\s,}]+)/gi
+/**
+ * Credentials that error messages sometimes carry (HTTP clients echo their request): a scheme and its token, a
+ * credential-named key and its value (the value may itself start with a scheme), and bare JWTs.
+ */
+const CREDENTIALS =
+  /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|("?(?:authorization|cookie|password|client_?secret|(?:access_|refresh_|id_)?token|api_?key)"?\s*[:=]\s*)("[^"]*"|'[^']*'|(?:(?:Bearer|Basic)\s+)?[^\s,}]+)|\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/gi
 
 /**
  * The text kept in `lastError`: name, message, code and stack, never the error's other properties (an HTTP client
@@ -19,7 +23,7 @@ export function storedError(error: unknown, maxLength: number): string {
     text = typeof error === 'string' ? error : inspect(error, { depth: 1, breakLength: Infinity })
   }
   const masked = text.replace(CREDENTIALS, (_m, scheme: string | undefined, key: string | undefined) =>
-    scheme ? `${scheme} ***` : `${key}***`
+    scheme ? `${scheme} ***` : key ? `${key}***` : '***'
   )
   return masked.length > maxLength ? masked.slice(0, maxLength - 1) + '…' : masked
 }

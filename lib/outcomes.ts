@@ -23,8 +23,10 @@ export async function recordOutcome(
   await inOwnTransaction(async () => {
     if (outcome.kind === 'deferred') return void (await store.release(claim, outcome.dueAt))
     const lastError = options.storeLastError ? storedError(outcome.error, options.maxErrorLength) : null
-    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, outcome.dueAt, now))
-    const recorded = await store.fail(claim, outcome.attempts, lastError, null, now)
+    // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
+    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now))
+    const leaveKey = options.orderingOnDeadLetter === 'continue'
+    const recorded = await store.fail(claim, outcome.attempts, lastError, null, now, leaveKey)
     if (recorded && message) await writeFailedCallback(row, message, outcome.error, store)
   })
 }

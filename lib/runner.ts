@@ -3,10 +3,11 @@ import { hostname } from 'os'
 import { randomBytes } from 'crypto'
 import { DEFAULT_QUEUE, optionsFor, resolveRunnerOptions } from './config'
 import { attempt, logOutcome } from './dispatch'
+import { AttemptAborted, Lease } from './lease'
 import { Notifier } from './notifier'
 import { recordOutcome } from './outcomes'
 import { inOwnTransaction, Store } from './store'
-import type { MessageRow, RunnerOptions } from './interfaces'
+import type { MessageRow, Outcome, RunnerOptions } from './interfaces'
 
 const LOG = cds.log('queue')
 
@@ -24,6 +25,11 @@ export class Runner {
   private options: RunnerOptions | undefined
   private storeInstance: Store | undefined
   private inFlight = new Set<Promise<void>>()
+  /** Messages running per queue, for the queues' own `concurrency` limits. */
+  private runningPerQueue = new Map<string, number>()
+  /** The claims of running handlers: renewed while they run, handed back if they are still running at shutdown. */
+  private leases = new Set<Lease>()
+  private stopped: Promise<void> | undefined
   private pumping = false
   private again = false
   private started = false
@@ -50,6 +56,7 @@ export class Runner {
     this.options = resolveRunnerOptions()
     this.started = true
     this.stopping = false
+    this.stopped = undefined
     await this.store.ensureIndexes()
     const listen = this.store.listenStatement
     if (listen) {
@@ -60,8 +67,16 @@ export class Runner {
     this.wake()
   }
 
-  /** Stops claiming and waits for running handlers, up to the configured grace period. */
-  async stop(): Promise<void> {
+  /**
+   * Graceful shutdown: stops claiming, lets running handlers finish within `shutdownGrace`, then aborts their signals
+   * and hands their messages back, so another instance takes them over at once instead of after the lease.
+   * Idempotent: every caller waits for the same shutdown.
+   */
+  stop(): Promise<void> {
+    return (this.stopped ??= this.shutdown())
+  }
+
+  private async shutdown(): Promise<void> {
     this.stopping = true
     this.started = false
     clearTimeout(this.timer)
@@ -70,9 +85,44 @@ export class Runner {
     await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.opts.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
+    if (this.leases.size) await this.handBackRunning()
     this.storeInstance = undefined
     this.options = undefined
     for (const resolve of this.idleWaiters.splice(0)) resolve()
+  }
+
+  /**
+   * Aborts the handlers still running after the grace period and hands their messages back. Each release is guarded
+   * by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
+   */
+  private async handBackRunning(): Promise<void> {
+    const leases = [...this.leases]
+    LOG.warn(`${leases.length} handlers still running after the shutdown grace period of ${this.opts.shutdownGrace} ms: aborting them and handing their messages back`)
+    for (const lease of leases) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
+    try {
+      const now = new Date()
+      const released = await inOwnTransaction(async () => {
+        let n = 0
+        for (const { claim } of leases) if (await this.store.release(claim, now)) n++
+        return n
+      })
+      LOG.info(`handed back ${released} messages; ${leases.length - released} had completed meanwhile`)
+    } catch (e) {
+      LOG.error(`could not hand back ${leases.length} messages at shutdown; they are taken over when their leases expire:`, e)
+    }
+  }
+
+  /**
+   * CAP disconnects databases on 'shutdown' at the same moment it stops the runner, destroying the connections of
+   * running handlers; they need them until they finish or are handed back, so the disconnect waits for the runner.
+   */
+  stopsBefore(db: cds.DatabaseService): void {
+    const service = db as unknown as { disconnect(tenant?: string): Promise<void> }
+    const disconnect = service.disconnect.bind(service)
+    service.disconnect = async (tenant?: string) => {
+      if (!tenant && (this.started || this.stopped)) await this.stop()
+      return disconnect(tenant)
+    }
   }
 
   /** Processes due messages soon; cheap to call often (calls while a pass runs fold into one more pass). */
@@ -118,23 +168,70 @@ export class Runner {
   private async claimWhileFree(): Promise<void> {
     const { concurrency, chunkSize } = this.opts
     while (!this.stopping && this.inFlight.size < concurrency) {
+      const { limit, full } = this.claimBounds(Math.min(chunkSize, concurrency - this.inFlight.size))
       let rows: MessageRow[]
       try {
-        rows = await this.claim(Math.min(chunkSize, concurrency - this.inFlight.size))
+        rows = await this.claim(limit, full)
       } catch (e) {
         return this.claimFailed(e)
       }
       if (this.claimFailures) LOG.info(`database reachable again after ${this.claimFailures} failed claims`)
       this.claimFailures = 0
       if (rows.length === 0) return
-      for (const row of rows) this.run(row)
+      const over: MessageRow[] = []
+      for (const row of rows) {
+        if (this.count(row.target, 0) < this.limitOf(row.target)) this.run(row)
+        else over.push(row)
+      }
+      if (over.length) await this.handBackUnstarted(over)
     }
   }
 
-  private async claim(limit: number): Promise<MessageRow[]> {
+  /**
+   * The size of the next claim and the queues it skips: those running their `concurrency` in this process. A queue
+   * with some slots left bounds the claim to them, since one claim may take all its rows from that queue.
+   */
+  private claimBounds(limit: number): { limit: number; full: string[] } {
+    const full: string[] = []
+    for (const [target, running] of this.runningPerQueue) {
+      const free = this.limitOf(target) - running
+      if (free <= 0) full.push(target)
+      else limit = Math.min(limit, free)
+    }
+    return { limit, full }
+  }
+
+  /** A queue's limit in this process: its own `concurrency`, within the runner's. */
+  private limitOf(target: string): number {
+    return Math.min(optionsFor(target).concurrency, this.opts.concurrency)
+  }
+
+  /** Adds `delta` to the messages running for `target`; returns the new count. */
+  private count(target: string, delta: number): number {
+    const running = (this.runningPerQueue.get(target) ?? 0) + delta
+    if (running > 0) this.runningPerQueue.set(target, running)
+    else this.runningPerQueue.delete(target)
+    return running
+  }
+
+  /**
+   * Rows of a queue whose limit this claim overshot (its first rows in this process: nothing bounded the claim yet)
+   * go back unstarted; a slot of their queue freeing up wakes the runner for them.
+   */
+  private async handBackUnstarted(rows: MessageRow[]): Promise<void> {
+    try {
+      await inOwnTransaction(async () => {
+        for (const row of rows) await this.store.release({ ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }, new Date(row.claimedAt))
+      })
+    } catch (e) {
+      LOG.warn(`could not hand back ${rows.length} messages above their queue's concurrency; they run when their leases expire:`, e)
+    }
+  }
+
+  private async claim(limit: number, skipTargets: string[]): Promise<MessageRow[]> {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
     const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
-    return inOwnTransaction(() => this.store.claim(this.owner, now, now + this.leaseFor(), limit))
+    return inOwnTransaction(() => this.store.claim(this.owner, now, now + this.leaseFor(), limit, skipTargets))
   }
 
   /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before dispatch. */
@@ -143,19 +240,34 @@ export class Runner {
   }
 
   private run(row: MessageRow): void {
+    this.count(row.target, 1)
     const claim = { ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }
+    const { timeout, handlerTimeout } = optionsFor(row.target)
+    const lease = new Lease(claim, timeout, handlerTimeout, this.store)
     const done = (async () => {
-      const { timeout } = optionsFor(row.target)
+      // Claimed while shutdown began: hand it back unstarted.
+      if (this.stopping) return void (await inOwnTransaction(() => this.store.release(claim, new Date())))
       if (timeout !== this.leaseFor()) await inOwnTransaction(() => this.store.renew(claim, row.claimedAt + timeout))
-      const { outcome, message } = await attempt(row, claim, this.store)
+      this.leases.add(lease)
+      lease.start()
+      const result = await Promise.race([attempt(row, claim, this.store, lease.signal), lease.abandoned])
+      if (!result) {
+        LOG.error(`${row.target}: message ${row.ID} did not finish within handlerTimeout (${handlerTimeout} ms); abandoned, it is taken over when its lease expires`)
+        return
+      }
+      const outcome = interrupted(result.outcome, lease.signal)
       logOutcome(row, outcome)
-      await recordOutcome(row, claim, outcome, message, this.store)
+      await recordOutcome(row, claim, outcome, result.message, this.store)
     })()
       .catch(e => LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e))
       .finally(() => {
+        lease.stop()
+        this.leases.delete(lease)
         this.inFlight.delete(done)
-        // Refill in batches, not per message: a claim per finished message would double the statements.
-        if (this.inFlight.size <= this.opts.concurrency / 2) this.wake()
+        const running = this.count(row.target, -1)
+        // Refill in batches, not per message: a claim per finished message would double the statements. A queue
+        // held at its own limit refills once half of its slots are free.
+        if (this.inFlight.size <= this.opts.concurrency / 2 || running <= this.limitOf(row.target) / 2) this.wake()
       })
     this.inFlight.add(done)
   }
@@ -175,7 +287,7 @@ export class Runner {
     if (!this.started) return
     let next: number | undefined
     try {
-      next = await inOwnTransaction(() => this.store.nextDue())
+      next = await inOwnTransaction(() => this.store.nextDue(this.lastClaimAt))
     } catch (e) {
       LOG.warn('could not read the next due time; polling instead:', e)
     }
@@ -189,6 +301,12 @@ export class Runner {
     clearTimeout(this.timer)
     this.timer = setTimeout(() => this.wake(), delay).unref()
   }
+}
+
+/** A handler that failed because shutdown aborted it was interrupted, not at fault: its message is handed back. */
+function interrupted(outcome: Outcome, signal: AbortSignal): Outcome {
+  const shutdown = signal.aborted && (signal.reason as AttemptAborted | undefined)?.code === 'SHUTDOWN'
+  return shutdown && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date() } : outcome
 }
 
 export const runner = new Runner()

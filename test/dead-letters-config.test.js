@@ -21,7 +21,7 @@ describe('dead letter service configuration', () => {
   })
 
   test('roles that are not role names fail with an error naming the option', () => {
-    const { configuredRoles } = require('cds-event-queues/srv/dead-letters')
+    const { configuredRoles } = require('../srv/dead-letters')
     const conf = cds.env.requires['dead-letter-queue']
     const roles = conf.roles
     try {

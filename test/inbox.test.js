@@ -26,8 +26,7 @@ describe('inbox', () => {
     stored = received.includes('o1')
     await waitFor(() => received.includes('o1'), { what: 'the subscriber' })
     expect(stored).toBe(false)
-    await sleep(50)
-    expect(await messages()).toHaveLength(0)
+    await waitFor(async () => (await messages()).length === 0, { what: 'the inbox row deleted on commit' })
   })
 
   test('a failing subscriber is retried from the inbox row until it succeeds', async () => {

@@ -47,7 +47,7 @@ describe('queueing', () => {
       expect(seen).not.toContain('after-commit')
     })
     await waitFor(() => seen.includes('after-commit'), { what: 'dispatch after commit' })
-    expect(await messages()).toHaveLength(0)
+    await waitFor(async () => (await messages()).length === 0, { what: 'the row deleted with the handler\'s commit' })
   })
 
   test('a rolled-back transaction leaves no row and dispatches nothing', async () => {

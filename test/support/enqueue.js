@@ -1,7 +1,7 @@
 /**
  * Another instance that only enqueues: writes COUNT `record` messages for the Target service through the plugin's
- * API, in one transaction, and exits right after the commit, before its own runner could claim any of them, so
- * every message must be picked up by the other instances.
+ * API, in one transaction (after deploying the model if TEST_APP_DEPLOY=yes), and exits right after the commit,
+ * before its own runner could claim any of them, so every message must be picked up by the other instances.
  */
 const path = require('path')
 
@@ -11,12 +11,19 @@ const cds = require('@sap/cds')
 async function main() {
   await cds.plugins
   cds.model = cds.compile.for.nodejs(await cds.load('*'))
-  await cds.connect.to('db')
+  const db = await cds.connect.to('db')
+  if (process.env.TEST_APP_DEPLOY === 'yes') await cds.deploy('*').to(db)
   // Constructed, not served: no 'served' event, so this process's runner never starts.
   const queued = cds.queued(await cds.serve('Target'))
   const count = Number(process.env.COUNT)
+  const keys = Number(process.env.KEYS ?? 0)
   await cds.tx(async () => {
-    for (let n = 0; n < count; n++) await queued.emit('record', { n })
+    if (keys) {
+      // Ordered: COUNT `ordered` messages per key, keys interleaved, the key in the x-ordering-key header.
+      for (let seq = 0; seq < count; seq++) {
+        for (let k = 0; k < keys; k++) await queued.emit('ordered', { key: `k${k}`, seq }, { 'x-ordering-key': `k${k}` })
+      }
+    } else for (let n = 0; n < count; n++) await queued.emit('record', { n })
   })
 }
 

