@@ -23,6 +23,11 @@ function columns(dialect: Dialect): string {
  */
 const INDEXES = [
   `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due ON ${TABLE} (appid, dueAt)`,
+  // PostgreSQL does not take `appid IS NULL` as an equality for the order of the index above: without this one,
+  // every claim of an app without appid sorts the whole backlog (5 ms per claim at 10,000 rows instead of 0.1 ms).
+  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due_noapp ON ${TABLE} (dueAt) WHERE appid IS NULL`,
+  // The claim reads its rows back by (claimedBy, claimedAt). Partial: only rows under a claim are in it.
+  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_claim ON ${TABLE} (claimedBy, claimedAt) WHERE claimedBy IS NOT NULL`,
   // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
   `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key ON ${TABLE} (orderingKey, timestamp) WHERE orderingKey IS NOT NULL`,
   `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key_claimed ON ${TABLE} (orderingKey)
