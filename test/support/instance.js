@@ -27,13 +27,26 @@ function pause(ms, signal) {
   })
 }
 
+/**
+ * The handlers' writes use plain SQL, not CQL INSERT: @cap-js/postgres 2.3 sends CQL INSERT entries through a COPY
+ * parameter stream, and when the database goes away in the middle of one, it throws outside any promise
+ * (ParameterStream.flushChunk: "Cannot read properties of null (reading 'stream')"), which `cds serve` turns into a
+ * shutdown. That upstream crash would hit any CAP app's INSERT during an outage; the outage suite is about the queue.
+ */
+function insertRecord(kind, message, note) {
+  const sql = 'INSERT INTO test_Records (ID, kind, message, note) VALUES (?, ?, ?, ?)'
+  let n = 0
+  const prepared = cds.db.kind === 'postgres' ? sql.replace(/\?/g, () => `$${++n}`) : sql
+  return cds.db.run(prepared, [cds.utils.uuid(), kind, message, note])
+}
+
 cds.on('served', async () => {
   const srv = await cds.connect.to('Target')
   srv.on('record', async req => {
     if (SIDE_EFFECTS) fs.appendFileSync(SIDE_EFFECTS, `${req.queue.messageId}\n`)
     const slow = SLOW_EVERY && req.data.n % Number(SLOW_EVERY) === 0
     await pause(Number(slow ? SLOW_MS : HANDLER_MS), req.queue.signal)
-    await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'handled', message: req.queue.messageId, note: process.env.INSTANCE })
+    await insertRecord('handled', req.queue.messageId, process.env.INSTANCE)
   })
   // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which sequence number of which key,
   // from when to when (epoch ms with microseconds, comparable across processes on one machine).
@@ -42,7 +55,7 @@ cds.on('served', async () => {
     await pause(Math.random() * Number(process.env.ORDERED_MS ?? 0), req.queue.signal)
     const end = performance.timeOrigin + performance.now()
     const note = JSON.stringify({ seq: req.data.seq, instance: process.env.INSTANCE, start, end })
-    await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'ordered', message: req.data.key, note })
+    await insertRecord('ordered', req.data.key, note)
   })
 })
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))

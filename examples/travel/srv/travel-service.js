@@ -12,13 +12,15 @@ module.exports = class TravelService extends cds.ApplicationService {
 
     const confirm = ({ booking, confirmation }) => UPDATE(Bookings, booking).set({ status: 'confirmed', confirmation })
 
-    this.after('CREATE', 'Bookings', async booking => {
+    this.after('CREATE', 'Bookings', async (result, req) => {
+      // req.data is the created booking on cds 9 and 10 alike (the shape of `result` differs between them)
+      const booking = req.data
       const reserved = await flights.send('reserveSeats', { flight: booking.flight, seats: booking.seats, booking: booking.ID })
       // With `outboxed: false` the call ran right here, in this request: its result confirms the booking at once.
       // Queued, `send` resolves to undefined and the result arrives later through the callback below.
       if (reserved) {
         await confirm(reserved)
-        Object.assign(booking, { status: 'confirmed', confirmation: reserved.confirmation })
+        for (const each of [booking, result]) if (each && typeof each === 'object') Object.assign(each, { status: 'confirmed', confirmation: reserved.confirmation })
       }
       await messaging.emit('travel/BookingCreated', { booking: booking.ID, flight: booking.flight })
     })
