@@ -133,21 +133,23 @@ export function timestamp100ns(offsetMs = 0): string {
 }
 
 /** The last timestamp issued for the present: messages enqueued one after another must get increasing timestamps. */
-const lastIssued = { ms: 0, sub: 0 }
+const lastIssued = { ms: 0, micros: 0 }
 
 /**
- * CAP's timestamp format for the epoch milliseconds `ms`: the 100-ns digits come from the clock, the rest is `ms`.
- * The high-resolution clock is not aligned with `Date.now()`, so its digits can wrap within one millisecond; present
- * timestamps are kept strictly increasing, because ordering keys run messages in timestamp order.
+ * CAP's timestamp format (ISO with 7 fractional digits) for the epoch milliseconds `ms`. Timestamps of the present
+ * are strictly increasing within the process, in the order they are issued, because ordering keys run messages in
+ * timestamp order: the digits below the millisecond count up per message (whole microseconds, since PostgreSQL
+ * keeps no more), not the high-resolution clock, which is not aligned with `Date.now()` and repeats within a
+ * millisecond. Future timestamps (delays, cron fire times) are exact milliseconds.
  */
 export function timestampAt(ms: number): string {
-  // Whole microseconds in the 100-ns digits: PostgreSQL keeps no more, and rounding would make neighbours equal.
-  let sub = Number((process.hrtime.bigint() / 1000n) % 1000n) * 10
+  let micros = 0
   if (ms <= Date.now()) {
-    if (ms === lastIssued.ms && sub <= lastIssued.sub) sub = Math.min(lastIssued.sub + 10, 9_990)
-    if (ms >= lastIssued.ms) Object.assign(lastIssued, { ms, sub })
+    if (ms <= lastIssued.ms) [ms, micros] = [lastIssued.ms, lastIssued.micros + 1]
+    if (micros > 999) [ms, micros] = [ms + 1, 0]
+    Object.assign(lastIssued, { ms, micros })
   }
-  return new Date(ms).toISOString().replace('Z', `${String(sub).padStart(4, '0')}Z`)
+  return new Date(ms).toISOString().replace('Z', `${String(micros).padStart(3, '0')}0Z`)
 }
 
 /** A new row for `msg` on queue `target`, due after `afterMs`. */
