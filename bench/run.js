@@ -3,7 +3,8 @@
  * an embedded PostgreSQL server), interleaved per repetition. Prints one table of medians with ratios against
  * baselines measured in the same run and writes it to bench/RESULTS.md. It measures; it does not pass or fail.
  * Sizes via environment: BENCH_REPS, BENCH_MESSAGES, BENCH_SMALL, BENCH_LATENCY_SAMPLES, BENCH_PAIRS_1,
- * BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"), BENCH_SCALE_REPS, BENCH_DBS ("sqlite,postgres").
+ * BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"), BENCH_SCALE_REPS, BENCH_DBS ("sqlite,postgres"), BENCH_QUEUE
+ * (JSON options merged into the plugin's cds.requires.queue, e.g. {"batchSize":50}).
  */
 const fs = require('fs')
 const os = require('os')

@@ -29,12 +29,12 @@ export interface QueueInfoAtRuntime {
   [key: string]: unknown
 }
 
-function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
+export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
   const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
   return message.fromSend ? new cds.Request(init) : new cds.Event(init)
 }
 
-function contextFor(message: DecodedMessage): Record<string, unknown> {
+export function contextFor(message: DecodedMessage): Record<string, unknown> {
   const { id, tenant, locale, features } = message.context
   const Privileged = cds.User.Privileged as unknown as new (id: string) => cds.User
   const context: Record<string, unknown> = { user: new Privileged(message.userId ?? 'anonymous') }
@@ -46,7 +46,7 @@ function contextFor(message: DecodedMessage): Record<string, unknown> {
 }
 
 /** The parts of a service the dispatcher uses, typed as CAP behaves (cds-types is narrower). */
-interface Service {
+export interface Service {
   tx(ctx: object, fn: (tx: Service) => Promise<unknown>): Promise<unknown>
   dispatch(event: cds.Event): Promise<unknown>
 }
@@ -83,6 +83,34 @@ export async function attempt(
   store: Store,
   signal: AbortSignal
 ): Promise<{ outcome: Outcome; message?: DecodedMessage }> {
+  const prepared = prepare(row)
+  if (prepared.outcome) return prepared
+  const message = prepared.message
+  const options = optionsFor(row.target)
+  try {
+    await dispatchInTx(message, runtimeInfo(row, signal), (srv, result) => succeeded(row, claim, message, store, srv, result))
+    return { outcome: { kind: 'succeeded' }, message }
+  } catch (error) {
+    return { outcome: failure(error, row, options), message }
+  }
+}
+
+export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRuntime {
+  return { messageId: row.ID, attempt: row.attempts + 1, signal }
+}
+
+/** Records a handled message in the handler's transaction: completion (see `finish`) and its `#succeeded` callback. */
+export async function succeeded(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store, srv: Service, result: unknown): Promise<void> {
+  await finish(row, claim, message, store)
+  const callback = callbackFor(srv as unknown as cds.Service, message, { succeeded: result })
+  if (callback) await store.insert(newMessage(row.target, callback), row.appid)
+}
+
+/** What an attempt needs before its handler runs: the decoded message, or the outcome that makes running it moot. */
+export type Prepared = { message: DecodedMessage; outcome?: undefined } | { outcome: Outcome; message?: DecodedMessage }
+
+/** Decodes a claimed row and settles the rows that must not run: corrupt, out of attempts, or not yet due. */
+export function prepare(row: MessageRow): Prepared {
   const options = optionsFor(row.target)
   let message: DecodedMessage
   try {
@@ -95,16 +123,7 @@ export async function attempt(
   }
   // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
   if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
-  try {
-    await dispatchInTx(message, { messageId: row.ID, attempt: row.attempts + 1, signal }, async (srv, result) => {
-      await finish(row, claim, message, store)
-      const callback = callbackFor(srv as unknown as cds.Service, message, { succeeded: result })
-      if (callback) await store.insert(newMessage(row.target, callback), row.appid)
-    })
-    return { outcome: { kind: 'succeeded' }, message }
-  } catch (error) {
-    return { outcome: failure(error, row, options), message }
-  }
+  return { message }
 }
 
 /**
@@ -112,7 +131,7 @@ export async function attempt(
  * occurrence. A task re-scheduled or unscheduled while it ran keeps that new state: the handler's work commits and
  * the task does not recur from here, so exactly one chain continues.
  */
-async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store): Promise<void> {
+export async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store): Promise<void> {
   const queue = message.request.queue
   const next = nextRun(queue, Date.now(), optionsFor(row.target).timezone)
   const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await store.complete(claim)
@@ -125,7 +144,7 @@ async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, st
   throw new ClaimLost(row.ID)
 }
 
-function failure(error: unknown, row: MessageRow, options: QueueOptions): Outcome {
+export function failure(error: unknown, row: MessageRow, options: QueueOptions): Outcome {
   if (error instanceof ClaimLost) return { kind: 'lost' }
   const attempts = row.attempts + 1
   if (isProgrammingError(error) || isUnrecoverable(error) || error instanceof CorruptMessage) {

@@ -54,6 +54,8 @@ export interface RunnerOptions {
   concurrency: number
   /** How many messages one claim takes at most. */
   chunkSize: number
+  /** Messages of one claim that share a transaction, a savepoint around each; 1 = a transaction per message. */
+  batchSize: number
 }
 
 /** A row of `cds.outbox.Messages`, as the store reads it. Timestamps are epoch milliseconds. */

@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { hostname } from 'os'
 import { randomBytes } from 'crypto'
 import { DEFAULT_QUEUE, optionsFor, resolveRunnerOptions } from './config'
+import { attemptBatch, type AttemptResult, type BatchEntry } from './batch'
 import { attempt, logOutcome } from './dispatch'
 import { AttemptAborted, Lease } from './lease'
 import { Notifier } from './notifier'
@@ -25,6 +26,8 @@ export class Runner {
   private options: RunnerOptions | undefined
   private storeInstance: Store | undefined
   private inFlight = new Set<Promise<void>>()
+  /** Messages running in this process (a batch in `inFlight` runs several). */
+  private running = 0
   /** Messages running per queue, for the queues' own `concurrency` limits. */
   private runningPerQueue = new Map<string, number>()
   /** The claims of running handlers: renewed while they run, handed back if they are still running at shutdown. */
@@ -167,8 +170,8 @@ export class Runner {
 
   private async claimWhileFree(): Promise<void> {
     const { concurrency, chunkSize } = this.opts
-    while (!this.stopping && this.inFlight.size < concurrency) {
-      const { limit, full } = this.claimBounds(Math.min(chunkSize, concurrency - this.inFlight.size))
+    while (!this.stopping && this.running < concurrency) {
+      const { limit, full } = this.claimBounds(Math.min(chunkSize, concurrency - this.running))
       let rows: MessageRow[]
       try {
         rows = await this.claim(limit, full)
@@ -179,10 +182,15 @@ export class Runner {
       this.claimFailures = 0
       if (rows.length === 0) return
       const over: MessageRow[] = []
+      const start: MessageRow[] = []
       for (const row of rows) {
-        if (this.count(row.target, 0) < this.limitOf(row.target)) this.run(row)
-        else over.push(row)
+        if (this.count(row.target, 0) < this.limitOf(row.target)) {
+          this.count(row.target, 1)
+          start.push(row)
+        } else over.push(row)
       }
+      const { batchSize } = this.opts
+      for (let i = 0; i < start.length; i += batchSize) this.run(start.slice(i, i + batchSize))
       if (over.length) await this.handBackUnstarted(over)
     }
   }
@@ -239,37 +247,57 @@ export class Runner {
     return optionsFor(DEFAULT_QUEUE).timeout
   }
 
-  private run(row: MessageRow): void {
-    this.count(row.target, 1)
-    const claim = { ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }
-    const { timeout, handlerTimeout } = optionsFor(row.target)
-    const lease = new Lease(claim, timeout, handlerTimeout, this.store)
+  /** Runs claimed rows (already counted for their queues): one alone in its transaction, several as a batch. */
+  private run(rows: MessageRow[]): void {
+    this.running += rows.length
+    const entries = rows.map(row => {
+      const claim = { ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }
+      const { timeout, handlerTimeout } = optionsFor(row.target)
+      return { row, claim, timeout, lease: new Lease(claim, timeout, handlerTimeout, this.store) }
+    })
     const done = (async () => {
-      // Claimed while shutdown began: hand it back unstarted.
-      if (this.stopping) return void (await inOwnTransaction(() => this.store.release(claim, new Date())))
-      if (timeout !== this.leaseFor()) await inOwnTransaction(() => this.store.renew(claim, row.claimedAt + timeout))
-      this.leases.add(lease)
-      lease.start()
-      const result = await Promise.race([attempt(row, claim, this.store, lease.signal), lease.abandoned])
-      if (!result) {
-        LOG.error(`${row.target}: message ${row.ID} did not finish within handlerTimeout (${handlerTimeout} ms); abandoned, it is taken over when its lease expires`)
+      // Claimed while shutdown began: hand them back unstarted.
+      if (this.stopping) return void (await inOwnTransaction(async () => { for (const { claim } of entries) await this.store.release(claim, new Date()) }))
+      const adjusted = entries.filter(e => e.timeout !== this.leaseFor())
+      if (adjusted.length) await inOwnTransaction(async () => { for (const e of adjusted) await this.store.renew(e.claim, e.row.claimedAt + e.timeout) })
+      for (const { lease } of entries) {
+        this.leases.add(lease)
+        lease.start()
+      }
+      const batch: BatchEntry[] = entries.map(({ row, claim, lease }) => ({ row, claim, signal: lease.signal }))
+      const results = await Promise.race([this.attempt(batch), ...entries.map(e => e.lease.abandoned)])
+      if (!results) {
+        LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
         return
       }
-      const outcome = interrupted(result.outcome, lease.signal)
-      logOutcome(row, outcome)
-      await recordOutcome(row, claim, outcome, result.message, this.store)
+      for (const [i, { row, claim, lease }] of entries.entries()) {
+        const outcome = interrupted(results[i].outcome, lease.signal)
+        logOutcome(row, outcome)
+        await recordOutcome(row, claim, outcome, results[i].message, this.store).catch(e =>
+          LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e))
+      }
     })()
-      .catch(e => LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e))
+      .catch(e => LOG.error(`could not run messages ${rows.map(r => r.ID).join(', ')}; their leases will expire:`, e))
       .finally(() => {
-        lease.stop()
-        this.leases.delete(lease)
         this.inFlight.delete(done)
-        const running = this.count(row.target, -1)
-        // Refill in batches, not per message: a claim per finished message would double the statements. A queue
-        // held at its own limit refills once half of its slots are free.
-        if (this.inFlight.size <= this.opts.concurrency / 2 || running <= this.limitOf(row.target) / 2) this.wake()
+        this.running -= rows.length
+        let refill = this.running <= this.opts.concurrency / 2
+        for (const { row, lease } of entries) {
+          lease.stop()
+          this.leases.delete(lease)
+          // A queue held at its own limit refills once half of its slots are free.
+          if (this.count(row.target, -1) <= this.limitOf(row.target) / 2) refill = true
+        }
+        // Refill in batches, not per message: a claim per finished message would double the statements.
+        if (refill) this.wake()
       })
     this.inFlight.add(done)
+  }
+
+  private async attempt(entries: BatchEntry[]): Promise<AttemptResult[]> {
+    if (entries.length > 1) return attemptBatch(entries, this.store)
+    const { row, claim, signal } = entries[0]
+    return [await attempt(row, claim, this.store, signal)]
   }
 
   private claimFailed(error: unknown): void {

@@ -25,7 +25,8 @@ function linkPackage() {
 function environment(impl, db, extra = {}) {
   const queue = impl === 'cap'
     ? { kind: 'persistent-queue', legacyLocking: false }
-    : { pollInterval: '1h' } // no timer-driven passes in the measurements: commits, flush() and NOTIFY drive the runner
+    // no timer-driven passes in the measurements: commits, flush() and NOTIFY drive the runner; BENCH_QUEUE adds options
+    : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}') }
   const env = { ...process.env, ...extra, BENCH_IMPL: impl, CDS_CONFIG: JSON.stringify({ requires: { db, queue } }) }
   if (impl === 'plugin') env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(REPO, 'cds-plugin.js') } })
   else delete env.CDS_PLUGINS

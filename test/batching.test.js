@@ -1,0 +1,77 @@
+const { startApp } = require('./support/app')
+const { MESSAGES, messages, capRow } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+startApp({ requires: { queue: { batchSize: 10, pollInterval: '1h', backoff: { base: 60_000, max: 60_000 } } } })
+
+describe('batched processing (batchSize > 1)', () => {
+  let srv
+  const runs = []
+  const succeeded = []
+  const failed = []
+  beforeAll(async () => {
+    srv = await cds.connect.to('Target')
+    srv.on('record', async req => {
+      const { tag, fail } = req.data
+      const { user, id } = cds.context
+      runs.push({ tag, user: user.id, correlation: id, headers: req.headers, messageId: req.queue.messageId, attempt: req.queue.attempt })
+      req.on('succeeded', () => succeeded.push(tag))
+      req.on('failed', () => failed.push(tag))
+      await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'batch', message: tag })
+      if (fail === 'poison') throw new TypeError(`${tag} is a programming error`)
+      if (fail) throw new Error(`${tag} fails after writing`)
+    })
+  })
+  afterEach(async () => {
+    await DELETE.from(MESSAGES)
+    await DELETE.from('test.Records')
+    runs.length = succeeded.length = failed.length = 0
+  })
+
+  /** Rows written without a wake-up: the next flush() claims them all at once, so they run as one batch. */
+  async function backlog(entries) {
+    const rows = entries.map(e => capRow({ event: 'record', ...e }))
+    await INSERT.into(MESSAGES).entries(rows)
+    await cds.flush()
+    return rows
+  }
+  const written = async () => (await SELECT.from('test.Records').columns('message')).map(r => r.message).sort()
+
+  test('a failing handler rolls back only its own writes; the others commit together with the deletion of their rows', async () => {
+    const rows = await backlog(['a', 'b', 'c', 'd', 'e'].map(tag => ({ data: { tag, fail: tag === 'c' } })))
+    expect(runs.map(r => r.tag).sort()).toEqual(['a', 'b', 'c', 'd', 'e'])
+    expect(await written()).toEqual(['a', 'b', 'd', 'e'])
+    const left = await messages()
+    expect(left.map(r => r.ID)).toEqual([rows[2].ID])
+    expect(left[0]).toMatchObject({ attempts: 1, lastError: expect.stringContaining('c fails after writing') })
+  })
+
+  test('a programming error in one handler makes only that message a dead letter; the rest of its batch commits', async () => {
+    const rows = await backlog(['p', 'q', 'r'].map(tag => ({ data: { tag, fail: tag === 'q' && 'poison' } })))
+    expect(await written()).toEqual(['p', 'r'])
+    const left = await messages()
+    expect(left.map(r => r.ID)).toEqual([rows[1].ID])
+    expect(left[0]).toMatchObject({ dueAt: null, status: null, lastError: expect.stringContaining('q is a programming error') })
+  })
+
+  test("req.on('succeeded') fires for the committed messages of a batch, req.on('failed') for the failed one", async () => {
+    await backlog(['a', 'b', 'c'].map(tag => ({ data: { tag, fail: tag === 'b' } })))
+    expect(succeeded.sort()).toEqual(['a', 'c'])
+    expect(failed).toEqual(['b'])
+  })
+
+  test('each message of a batch runs with its own user, correlation id, headers and req.queue', async () => {
+    const rows = await backlog([
+      { data: { tag: 'x' }, user: 'alice', context: { id: 'corr-x' }, headers: { 'x-tag': 'x' } },
+      { data: { tag: 'y' }, user: 'alice', context: { id: 'corr-y' }, headers: { 'x-tag': 'y' } },
+      { data: { tag: 'z' }, user: 'bob', context: { id: 'corr-z' }, headers: { 'x-tag': 'z' } }
+    ])
+    const run = tag => runs.find(r => r.tag === tag)
+    for (const [i, tag] of ['x', 'y', 'z'].entries()) {
+      expect(run(tag)).toMatchObject({
+        user: i < 2 ? 'alice' : 'bob', correlation: `corr-${tag}`, headers: { 'x-tag': tag }, messageId: rows[i].ID, attempt: 1
+      })
+    }
+    expect(await messages()).toHaveLength(0)
+  })
+})
