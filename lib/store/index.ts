@@ -236,12 +236,15 @@ export class Store {
     return handBack
   }
 
+  /** Runs an UPDATE or DELETE of one row only while `claim` still holds it; false if it no longer does. */
+  private async whileClaimed(statement: string, params: unknown[], claim: Claim): Promise<boolean> {
+    const guard = ' WHERE ID = ? AND claimedBy = ? AND claimedAt = ?'
+    return (await this.changes(statement + guard, [...params, claim.ID, claim.claimedBy, iso(claim.claimedAt)])) === 1
+  }
+
   /** Deletes a processed row, in the handler's transaction; false if the claim was lost meanwhile. */
   async complete(claim: Claim): Promise<boolean> {
-    const n = await this.changes(`DELETE FROM ${TABLE} WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`, [
-      claim.ID, claim.claimedBy, iso(claim.claimedAt)
-    ])
-    return n === 1
+    return this.whileClaimed(`DELETE FROM ${TABLE}`, [], claim)
   }
 
   /**
@@ -249,12 +252,12 @@ export class Store {
    * completion and the next occurrence commit together; false if the claim is gone.
    */
   async recur(claim: Claim, timestamp: string, dueAt: Date): Promise<boolean> {
-    const n = await this.changes(
+    return this.whileClaimed(
       `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, attempts = 0, lastError = NULL,
-         timestamp = ?, dueAt = ? WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`,
-      [timestamp, iso(dueAt), claim.ID, claim.claimedBy, iso(claim.claimedAt)]
+         timestamp = ?, dueAt = ?`,
+      [timestamp, iso(dueAt)],
+      claim
     )
-    return n === 1
   }
 
   /**
@@ -273,22 +276,17 @@ export class Store {
    * not hold back its ordering key (`leaveKey`) leaves it: the key's later messages then run.
    */
   async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey = false): Promise<boolean> {
-    const n = await this.changes(
+    return this.whileClaimed(
       `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, attempts = ?, lastError = ?,
-         lastAttemptTimestamp = ?, dueAt = ?${leaveKey ? ', orderingKey = NULL' : ''} WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`,
-      [attempts, lastError, iso(now), dueAt && iso(dueAt), claim.ID, claim.claimedBy, iso(claim.claimedAt)]
+         lastAttemptTimestamp = ?, dueAt = ?${leaveKey ? ', orderingKey = NULL' : ''}`,
+      [attempts, lastError, iso(now), dueAt && iso(dueAt)],
+      claim
     )
-    return n === 1
   }
 
   /** Hands a claimed row back unprocessed, due at `dueAt`. */
   async release(claim: Claim, dueAt: Date): Promise<boolean> {
-    const n = await this.changes(
-      `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ?
-       WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`,
-      [iso(dueAt), claim.ID, claim.claimedBy, iso(claim.claimedAt)]
-    )
-    return n === 1
+    return this.whileClaimed(`UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ?`, [iso(dueAt)], claim)
   }
 
   /**
@@ -309,10 +307,7 @@ export class Store {
 
   /** Moves the lease of a claim to `until`. */
   async renew(claim: Claim, until: number): Promise<boolean> {
-    const n = await this.changes(`UPDATE ${TABLE} SET dueAt = ? WHERE ID = ? AND claimedBy = ? AND claimedAt = ?`, [
-      iso(until), claim.ID, claim.claimedBy, iso(claim.claimedAt)
-    ])
-    return n === 1
+    return this.whileClaimed(`UPDATE ${TABLE} SET dueAt = ?`, [iso(until)], claim)
   }
 
   /**
