@@ -1,5 +1,5 @@
 const { createDatabase, newDatabaseName, withClient } = require('./support/postgres')
-const { startInstance, stopInstance, enqueueFromAnotherProcess } = require('./support/instances')
+const { startInstances, stopInstance, enqueueFromAnotherProcess } = require('./support/instances')
 const { waitFor } = require('./support/wait')
 
 // Three app processes against one database, in different time zones (timestamps must mean the same in all of them).
@@ -17,9 +17,7 @@ describe('postgres multi-instance: claiming', () => {
 
   beforeAll(async () => {
     await createDatabase(database)
-    const [first, ...others] = INSTANCES
-    running.push(await startInstance(database, { ...first, deploy: true }))
-    running.push(...(await Promise.all(others.map(options => startInstance(database, options)))))
+    running.push(...(await startInstances(database, INSTANCES)))
   }, 120000)
 
   afterAll(() => Promise.all(running.map(child => stopInstance(child))))

@@ -1,5 +1,5 @@
 const { createDatabase, newDatabaseName, withClient } = require('./support/postgres')
-const { startInstance, stopInstance, enqueueFromAnotherProcess } = require('./support/instances')
+const { startInstances, stopInstance, enqueueFromAnotherProcess } = require('./support/instances')
 const { waitFor } = require('./support/wait')
 
 const KEYS = 20
@@ -13,10 +13,7 @@ describe('postgres multi-instance: ordering keys', () => {
 
   beforeAll(async () => {
     await createDatabase(database)
-    const [first, ...others] = INSTANCES
-    const options = name => ({ name, env: { ORDERED_MS: '10' } })
-    running.push(await startInstance(database, { ...options(first), deploy: true }))
-    running.push(...(await Promise.all(others.map(name => startInstance(database, options(name))))))
+    running.push(...(await startInstances(database, INSTANCES.map(name => ({ name, env: { ORDERED_MS: '10' } })))))
   }, 120000)
 
   afterAll(() => Promise.all(running.map(child => stopInstance(child))))

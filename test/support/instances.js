@@ -55,4 +55,10 @@ function enqueueFromAnotherProcess(database, count, env = {}, { deploy = false }
   )
 }
 
-module.exports = { startInstance, stopInstance, enqueueFromAnotherProcess }
+/** Starts several instances on one database: the first deploys the model, the others then start side by side. */
+async function startInstances(database, [first, ...others]) {
+  const started = [await startInstance(database, { ...first, deploy: true })]
+  return started.concat(await Promise.all(others.map(options => startInstance(database, options))))
+}
+
+module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess }
