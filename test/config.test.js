@@ -17,12 +17,12 @@ async function isQueued(name) {
   const original = cds.unqueued(await cds.connect.to(name))
   let ran = false
   original.on('probe', () => { ran = true })
-  let rows
+  let rows, synchronously
   await cds.tx(async () => {
     await (await cds.connect.to(name)).emit('probe', {})
+    synchronously = ran // read before commit: after it, the runner dispatches a queued call at once
     rows = await SELECT.from(MESSAGES).where({ msg: { like: `%"service":"${name}"%` } })
   })
-  const synchronously = ran
   await cds.flush()
   return { queued: rows.length === 1 && !synchronously, target: rows[0]?.target }
 }
