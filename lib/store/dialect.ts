@@ -21,6 +21,46 @@ export interface Dialect {
    * claim's UPDATE is atomic on its own (SQLite's single writer).
    */
   keyLock?(column: string): string
+  /**
+   * Runs one statement on a driver connection of CAP's database service (`tx.dbc`): the rows it reads, or the
+   * number of rows it changed. `reads` says which of the two the caller wants.
+   */
+  execute(connection: unknown, sql: string, params: unknown[], reads: boolean): Promise<Result>
+}
+
+export interface Result {
+  rows: Record<string, unknown>[]
+  changes: number
+}
+
+/** A prepared statement of the SQLite drivers @cap-js/sqlite uses (better-sqlite3; its node:sqlite wrapper in v3). */
+interface SqliteStatement {
+  run(params: unknown[]): { changes: number | bigint }
+  all(params: unknown[]): Record<string, unknown>[]
+}
+
+interface SqliteConnection {
+  prepare(sql: string): SqliteStatement
+}
+
+/** Statements prepared once per SQLite connection: preparing costs more than running the queue's small statements. */
+const prepared = new WeakMap<SqliteConnection, Map<string, SqliteStatement>>()
+/** The store's statement texts are few, but IN lists vary in length: a bound keeps the cache from growing with them. */
+const MAX_PREPARED = 256
+
+function statementOn(connection: SqliteConnection, sql: string): SqliteStatement {
+  let statements = prepared.get(connection)
+  if (!statements) prepared.set(connection, (statements = new Map()))
+  let statement = statements.get(sql)
+  if (!statement) {
+    if (statements.size >= MAX_PREPARED) statements.clear()
+    statements.set(sql, (statement = connection.prepare(sql)))
+  }
+  return statement
+}
+
+interface PgClient {
+  query(config: { text: string; values: unknown[] }): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */
@@ -37,7 +77,12 @@ const sqlite: Dialect = {
   // SQLite has one writer at a time: the claim's UPDATE is atomic without row locks.
   skipLocked: '',
   // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
-  isoText: column => column
+  isoText: column => column,
+  execute: async (connection, sql, params, reads) => {
+    const statement = statementOn(connection as SqliteConnection, sql)
+    if (reads) return { rows: statement.all(params), changes: 0 }
+    return { rows: [], changes: Number(statement.run(params).changes) }
+  }
 }
 
 /** The first key of the advisory locks on ordering keys (arbitrary, fixed). */
@@ -62,7 +107,13 @@ const postgres: Dialect = {
   },
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
-  keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`
+  keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`,
+  // Unnamed statements: parse, bind and execute still travel in one round trip, and no server-side statement is
+  // left behind per IN-list length.
+  execute: async (connection, sql, params) => {
+    const { rows, rowCount } = await (connection as PgClient).query({ text: sql, values: params })
+    return { rows, changes: rowCount ?? 0 }
+  }
 }
 
 export function dialectFor(kind: string | undefined): Dialect {

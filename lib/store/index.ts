@@ -89,6 +89,35 @@ function insertParams(message: NewMessage, appid: string | null): unknown[] {
   return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null]
 }
 
+/** CAP's database transaction as @cap-js/db-service implements it: the parts the store relies on. */
+interface DatabaseTransaction {
+  /** Falsy until begun, then the promise of the begin; 'committed' or 'rolled back' once ended. */
+  ready?: Promise<unknown> | string | boolean
+  /** The driver connection, from begin until the transaction ends. */
+  dbc?: unknown
+  begin(): Promise<unknown>
+}
+
+/**
+ * The driver connection of the current transaction, begun the way CAP begins one on its first statement (session
+ * variables, BEGIN), so CAP statements of the same transaction join it. Statements on it are part of the caller's
+ * transaction; running them there skips CAP's per-statement query processing, which costs more than the queue's
+ * small statements themselves. Undefined outside a transaction or once it ended: CAP then runs the statement.
+ */
+async function currentConnection(): Promise<unknown> {
+  const ctx = cds.context as { tx?: { _done?: string } } | undefined
+  if (!ctx?.tx || ctx.tx._done) return undefined
+  const tx = (cds.db as unknown as { tx(ctx: object): DatabaseTransaction }).tx(ctx)
+  if (typeof tx.ready === 'string') return undefined
+  tx.ready ||= tx.begin().then(() => true)
+  await tx.ready
+  return tx.dbc
+}
+
+function cdsRun(sql: string, params: unknown[]): Promise<unknown> {
+  return (cds.db as unknown as { run(sql: string, params: unknown[]): Promise<unknown> }).run(sql, params)
+}
+
 /** Runs `fn` in a new transaction of its own (claims, outcomes), detached from any caller's transaction. */
 export function inOwnTransaction<T>(fn: () => Promise<T>): Promise<T> {
   return cds.tx(fn) as unknown as Promise<T>
@@ -129,18 +158,23 @@ export class Store {
     return this.dialect.wakeUp?.listen
   }
 
-  private async run(sql: string, params: unknown[]): Promise<unknown> {
-    const db = cds.db as unknown as { run(sql: string, params: unknown[]): Promise<unknown> }
-    return db.run(this.dialect.prepare(sql), params)
+  /** The rows a statement reads. */
+  private async rows<T>(sql: string, params: unknown[]): Promise<T[]> {
+    const connection = await currentConnection()
+    if (connection) return (await this.dialect.execute(connection, this.dialect.prepare(sql), params, true)).rows as T[]
+    return (await cdsRun(this.dialect.prepare(sql), params)) as T[]
   }
 
+  /** The number of rows a statement changed. */
   private async changes(sql: string, params: unknown[]): Promise<number> {
-    const result = (await this.run(sql, params)) as { changes?: number } | number
+    const connection = await currentConnection()
+    if (connection) return (await this.dialect.execute(connection, this.dialect.prepare(sql), params, false)).changes
+    const result = (await cdsRun(this.dialect.prepare(sql), params)) as { changes?: number } | number
     return typeof result === 'number' ? result : (result?.changes ?? 0)
   }
 
   async insert(message: NewMessage, appid: string | null): Promise<void> {
-    await this.run(INSERT, insertParams(message, appid))
+    await this.changes(INSERT, insertParams(message, appid))
     await this.signalOthers()
   }
 
@@ -154,7 +188,7 @@ export class Store {
     if (!wakeUp) return
     const tx = (cds.context as { tx?: object } | undefined)?.tx
     if (tx && this.signalled.has(tx)) return
-    await this.run(wakeUp.signal, [])
+    await this.rows(wakeUp.signal, [])
     if (tx) this.signalled.add(tx)
   }
 
@@ -163,7 +197,7 @@ export class Store {
    * claim reset, so re-scheduling also revives a dead letter. A run in progress finds out when it completes.
    */
   async upsertTask(message: NewMessage, appid: string | null): Promise<void> {
-    await this.run(
+    await this.changes(
       `${INSERT} ON CONFLICT (ID) DO UPDATE SET timestamp = excluded.timestamp, target = excluded.target,
          msg = excluded.msg, task = excluded.task, appid = excluded.appid, dueAt = excluded.dueAt, attempts = 0,
          lastError = NULL, status = NULL, claimedBy = NULL, claimedAt = NULL`,
@@ -186,7 +220,7 @@ export class Store {
     const claimedAt = iso(now)
     const free = keyIsFree(this.ownE, claimedAt)
     const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
-    await this.run(
+    await this.changes(
       `UPDATE ${TABLE} SET status = 'processing', claimedBy = ?, claimedAt = ?, dueAt = ?,
          attempts = attempts + CASE WHEN status = 'processing' THEN 1 ELSE 0 END,
          lastError = CASE WHEN status = 'processing'
@@ -197,11 +231,11 @@ export class Store {
       [owner, claimedAt, iso(leaseUntil), ...this.own.params, claimedAt, ...skipTargets, ...free.params, limit]
     )
     const keyLock = this.dialect.keyLock
-    const rows = (await this.run(
+    const rows = await this.rows<RawRow>(
       `SELECT ${this.columns}, orderingKey AS "orderingKey"${keyLock ? `, ${keyLock('orderingKey')} AS "keyLocked"` : ''}
        FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ? ORDER BY timestamp`,
       [owner, claimedAt]
-    )) as RawRow[]
+    )
     const handedBack = keyLock ? await this.keysTakenMeanwhile(rows, owner, claimedAt) : new Set<string>()
     return rows
       .filter(r => !handedBack.has(r.ID))
@@ -220,7 +254,7 @@ export class Store {
     const keyed = rows.filter(r => r.orderingKey !== null && r.orderingKey !== undefined)
     if (keyed.length === 0) return new Set()
     const running = runningOfKey(this.ownE, claimedAt)
-    const taken = (await this.run(
+    const taken = (await this.rows(
       `SELECT r.ID AS "ID" FROM ${TABLE} r WHERE r.claimedBy = ? AND r.claimedAt = ? AND r.orderingKey IS NOT NULL
          AND EXISTS (${running.sql})`,
       [owner, claimedAt, ...running.params]
@@ -228,7 +262,7 @@ export class Store {
     const handBack = new Set([...keyed.filter(r => !r.keyLocked).map(r => r.ID), ...taken.map(r => r.ID)])
     if (handBack.size === 0) return handBack
     const IDs = [...handBack]
-    await this.run(
+    await this.changes(
       `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ?
        WHERE claimedBy = ? AND claimedAt = ? AND ID IN (${IDs.map(() => '?').join(', ')})`,
       [claimedAt, owner, claimedAt, ...IDs]
@@ -265,7 +299,7 @@ export class Store {
    * recurring write a new timestamp and unscheduling deletes the row; a takeover after an expired lease changes neither.
    */
   async holdsOccurrence(ID: string, timestamp: number): Promise<boolean> {
-    const rows = (await this.run(`SELECT ${this.dialect.isoText('timestamp')} AS "timestamp" FROM ${TABLE} WHERE ID = ?`, [
+    const rows = (await this.rows(`SELECT ${this.dialect.isoText('timestamp')} AS "timestamp" FROM ${TABLE} WHERE ID = ?`, [
       ID
     ])) as { timestamp: unknown }[]
     return rows.length > 0 && millis(rows[0].timestamp) === timestamp
@@ -294,15 +328,15 @@ export class Store {
    * The same SQL on SQLite and PostgreSQL; `name` is generated by the caller, never user input.
    */
   async savepoint(name: string): Promise<void> {
-    await this.run(`SAVEPOINT ${name}`, [])
+    await this.changes(`SAVEPOINT ${name}`, [])
   }
 
   async releaseSavepoint(name: string): Promise<void> {
-    await this.run(`RELEASE SAVEPOINT ${name}`, [])
+    await this.changes(`RELEASE SAVEPOINT ${name}`, [])
   }
 
   async rollbackToSavepoint(name: string): Promise<void> {
-    await this.run(`ROLLBACK TO SAVEPOINT ${name}`, [])
+    await this.changes(`ROLLBACK TO SAVEPOINT ${name}`, [])
   }
 
   /** Moves the lease of a claim to `until`. */
@@ -316,7 +350,7 @@ export class Store {
    * another process is claiming them. Their turn comes with a wake-up (a finished message), not with a timer.
    */
   async nextDue(after: number): Promise<number | undefined> {
-    const rows = (await this.run(
+    const rows = (await this.rows(
       `SELECT ${this.dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${this.own.sql} AND dueAt > ?`,
       [...this.own.params, iso(after)]
     )) as { next: unknown }[]
@@ -326,6 +360,6 @@ export class Store {
 
   /** Creates the indexes the claim needs if they are missing (idempotent; see `INDEXES`). */
   async ensureIndexes(): Promise<void> {
-    for (const ddl of INDEXES) await this.run(ddl, [])
+    for (const ddl of INDEXES) await this.changes(ddl, [])
   }
 }
