@@ -77,11 +77,19 @@ describe('postgres: claiming', () => {
         CASE WHEN i % 2 = 0 THEN NULL ELSE now() + interval '1 day' END
       FROM generate_series(1, 100000) AS i`)
     // The runner's own claim statement, as it sends it to the database (nothing is due yet: it claims nothing).
+    // Read where it leaves the process: the store sends it on the transaction's own pg connection.
     let claim
-    cds.db.before('*', req => {
-      if (typeof req.query === 'string' && req.query.includes('SKIP LOCKED')) claim ??= { sql: req.query, params: req.data }
-    })
-    await cds.flush()
+    const { Client } = require('pg')
+    const send = Client.prototype.query
+    Client.prototype.query = function (config, ...rest) {
+      if (typeof config?.text === 'string' && config.text.includes('SKIP LOCKED')) claim ??= { sql: config.text, params: config.values }
+      return send.call(this, config, ...rest)
+    }
+    try {
+      await cds.flush()
+    } finally {
+      Client.prototype.query = send
+    }
     expect(claim).toBeDefined()
     // Due rows written without the API's notification: with hourly polling, the runner leaves them to the EXPLAIN.
     await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat)
