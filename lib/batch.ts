@@ -2,19 +2,23 @@ import cds from '@sap/cds'
 import type { DecodedMessage } from './codec'
 import { contextFor, eventFor, failure, prepare, runtimeInfo, succeeded, type Service } from './dispatch'
 import { optionsFor } from './config'
-import type { Claim, Store } from './store'
+import type { Claim, DatabaseTransaction, Store } from './store'
 import type { MessageRow, Outcome } from './interfaces'
 
 /**
- * Several claimed messages in one database transaction, a savepoint around each: a transaction per message caps
- * throughput at the database's commit rate. A handler's writes and its row's deletion still commit together, and a
- * failing handler rolls back to its savepoint only; its retry or dead letter is recorded after the batch, as today.
+ * Several claimed messages in one database transaction: a transaction per message caps throughput at the
+ * database's commit rate. Each message's handlers run in a savepoint of their own, taken before its first statement
+ * (see `Store.savepointed`), so a failing handler rolls back its own work only; the rows of the processed messages
+ * are deleted together at the end, in the same transaction, so their handlers' writes and their deletion still
+ * commit together. A retry or dead letter is recorded after the batch, as for a message run alone.
  */
 
 export interface BatchEntry {
   row: MessageRow
   claim: Claim
   signal: AbortSignal
+  /** Called once the message's work has committed (its row is gone): its lease needs no more renewal. */
+  committed(): void
 }
 
 export interface AttemptResult {
@@ -38,6 +42,14 @@ interface EventContext {
   _set(property: 'transactions', value: Map<unknown, unknown>): unknown
 }
 
+/** Some processed messages' rows were no longer claimed at the end of the batch: their work must not commit. */
+class BatchClaimLost extends Error {
+  constructor(expected: number, deleted: number) {
+    super(`${expected - deleted} of ${expected} messages of a batch were claimed by another process or deleted while it ran; the batch was rolled back`)
+    this.name = 'BatchClaimLost'
+  }
+}
+
 /**
  * Messages share a transaction only with the same tenant, user, locale and features: the database session of a
  * transaction carries them (`$user`, `$tenant`, localized views), set once when it begins.
@@ -47,7 +59,17 @@ function sessionKey(message: DecodedMessage): string {
   return JSON.stringify([tenant, message.userId, locale, features])
 }
 
-/** Runs the entries of one claim, grouped by session, each group in one transaction; results in entry order. */
+/**
+ * A transaction takes no further messages once it has run this long: it bounds how long a batch holds its locks
+ * (on SQLite, the database's single write lock from its first write on) when handlers are slow.
+ */
+const TRANSACTION_TIME = 100
+
+/**
+ * Runs the entries of one claim one after another, grouped by session, each group in as few transactions as
+ * `TRANSACTION_TIME` allows; results in entry order. One after another: a batch is one of the runner's
+ * `concurrency` slots.
+ */
 export async function attemptBatch(entries: BatchEntry[], store: Store): Promise<AttemptResult[]> {
   const results: AttemptResult[] = new Array(entries.length)
   const groups = new Map<string, Ready[]>()
@@ -59,55 +81,74 @@ export async function attemptBatch(entries: BatchEntry[], store: Store): Promise
     group.push({ ...entry, message: prepared.message, index })
     groups.set(key, group)
   })
-  await Promise.all([...groups.values()].map(group => runGroup(group, store, results)))
+  for (const group of groups.values()) {
+    for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), store, results)
+  }
   return results
 }
 
-async function runGroup(group: Ready[], store: Store, results: AttemptResult[]): Promise<void> {
+/** Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. */
+async function runInOneTransaction(group: Ready[], store: Store, results: AttemptResult[]): Promise<number> {
+  const started = Date.now()
+  let taken = 0
+  const failed = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failure(error, entry.row, optionsFor(entry.row.target)), message: entry.message })
   const handled: { entry: Ready; tx: ServiceTx }[] = []
   try {
     await cds.tx(contextFor(group[0].message), async () => {
-      // The batch's database transaction, shared by every message's own context below.
-      const db = (cds.db as unknown as { tx(ctx: unknown): unknown }).tx(cds.context)
+      const shared = store.sharedTransaction()
+      // Rows to delete: a message's only once all of its work succeeded (a `#succeeded` callback may still fail).
+      const completed: Claim[] = []
+      let completes: Claim | undefined
+      const complete = async (claim: Claim) => ((completes = claim), true)
       for (const [i, entry] of group.entries()) {
+        if (i > 0 && Date.now() - started > TRANSACTION_TIME) break
+        taken++
         // Shutdown or a lost lease while its neighbours ran: it does not start (the runner hands it back or drops it).
         if (entry.signal.aborted) {
-          results[entry.index] = { outcome: failure(entry.signal.reason, entry.row, optionsFor(entry.row.target)), message: entry.message }
+          results[entry.index] = failed(entry, entry.signal.reason)
           continue
         }
-        const savepoint = `queue_message_${i}`
-        await store.savepoint(savepoint)
-        const tx = await runOne(entry, db, store).catch(async (error: unknown) => {
-          await store.rollbackToSavepoint(savepoint)
-          results[entry.index] = { outcome: failure(error, entry.row, optionsFor(entry.row.target)), message: entry.message }
+        const part = store.savepointed(shared, `queue_message_${i}`)
+        completes = undefined
+        const tx = await runOne(entry, part.tx, store, complete).catch(async (error: unknown) => {
+          await part.rollback()
+          results[entry.index] = failed(entry, error)
         })
         if (!tx) continue
-        await store.releaseSavepoint(savepoint)
+        await part.release()
+        if (completes) completed.push(completes)
         handled.push({ entry, tx })
       }
+      const deleted = completed.length ? await store.completeAll(completed) : 0
+      if (deleted !== completed.length) throw new BatchClaimLost(completed.length, deleted)
     })
   } catch (error) {
-    // Nothing of the batch committed: every handled message failed with the batch.
+    // Nothing of the transaction committed: every message it took failed with it (all of them if it never began).
+    // After a lost claim, the claims still held are handed back without counting an attempt (the release is
+    // guarded: a lost one stays with its owner).
+    taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {
       await tx.rollback().catch(() => {})
-      results[entry.index] = { outcome: failure(error, entry.row, optionsFor(entry.row.target)), message: entry.message }
+      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date() }, message: entry.message } : failed(entry, error)
     }
-    for (const entry of group) results[entry.index] ??= { outcome: failure(error, entry.row, optionsFor(entry.row.target)), message: entry.message }
-    return
+    for (const entry of group.slice(0, taken)) results[entry.index] ??= failed(entry, error)
+    return taken
   }
-  // `req.on('succeeded')` of each message fires once its work is committed, i.e. after the batch.
+  // `req.on('succeeded')` of each message fires once its work is committed, i.e. after the transaction.
   for (const { entry, tx } of handled) {
+    entry.committed()
     await tx.commit().catch((e: unknown) => cds.log('queue').warn(`${entry.row.target}: message ${entry.row.ID}: a 'succeeded' listener failed after commit:`, e))
     results[entry.index] = { outcome: { kind: 'succeeded' }, message: entry.message }
   }
+  return taken
 }
 
 /**
  * Dispatches one message in a service transaction of its own context (correlation id, headers, its own
- * `succeeded`/`failed` listeners), whose database transaction is the batch's: CAP finds a context's transactions
- * per service in its `transactions` registry, so the batch's is entered there before the handlers run.
+ * `succeeded`/`failed` listeners), whose database transaction is its part of the shared one: CAP finds a context's
+ * transactions per service in its `transactions` registry, so that part is entered there before the handlers run.
  */
-async function runOne(entry: Ready, db: unknown, store: Store): Promise<ServiceTx> {
+async function runOne(entry: Ready, db: DatabaseTransaction, store: Store, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
   const { row, claim, message, signal } = entry
   const srv = cds.unqueued(await cds.connect.to(message.serviceName)) as unknown as Service & { tx(ctx: object): ServiceTx }
   const Context = cds.EventContext as unknown as new (init: object) => EventContext
@@ -117,7 +158,7 @@ async function runOne(entry: Ready, db: unknown, store: Store): Promise<ServiceT
   try {
     await (cds as unknown as { _with(ctx: unknown, fn: () => Promise<void>): Promise<void> })._with(ctx, async () => {
       const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal)))
-      await succeeded(row, claim, message, store, srv, result)
+      await succeeded(row, claim, message, store, srv, result, complete)
     })
   } catch (error) {
     await tx.rollback(error).catch(() => {})

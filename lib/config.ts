@@ -116,8 +116,8 @@ export function resolveRunnerOptions(raw: Raw = globalConfig()): RunnerOptions {
     pollInterval: duration(raw, 'pollInterval', where, '5s', 1),
     shutdownGrace: duration(raw, 'shutdownGrace', where, '10s'),
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
-    chunkSize: integer(raw, 'chunkSize', where, 10, 1, 1000),
-    batchSize: integer(raw, 'batchSize', where, 1, 1, 1000)
+    chunkSize: integer(raw, 'chunkSize', where, 500, 1, 10000),
+    batchSize: integer(raw, 'batchSize', where, 50, 1, 1000)
   }
 }
 

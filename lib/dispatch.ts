@@ -99,9 +99,23 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
   return { messageId: row.ID, attempt: row.attempts + 1, signal }
 }
 
-/** Records a handled message in the handler's transaction: completion (see `finish`) and its `#succeeded` callback. */
-export async function succeeded(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store, srv: Service, result: unknown): Promise<void> {
-  await finish(row, claim, message, store)
+/** Deletes a processed message's row in the handler's transaction; false if the claim was lost meanwhile. */
+export type Completion = (claim: Claim) => Promise<boolean>
+
+/**
+ * Records a handled message in the handler's transaction: completion (see `finish`) and its `#succeeded` callback.
+ * `complete` deletes the row of a message that does not recur (a batch deletes all of its rows at once).
+ */
+export async function succeeded(
+  row: MessageRow,
+  claim: Claim,
+  message: DecodedMessage,
+  store: Store,
+  srv: Service,
+  result: unknown,
+  complete: Completion = c => store.complete(c)
+): Promise<void> {
+  await finish(row, claim, message, store, complete)
   const callback = callbackFor(srv as unknown as cds.Service, message, { succeeded: result })
   if (callback) await store.insert(newMessage(row.target, callback), row.appid)
 }
@@ -131,10 +145,10 @@ export function prepare(row: MessageRow): Prepared {
  * occurrence. A task re-scheduled or unscheduled while it ran keeps that new state: the handler's work commits and
  * the task does not recur from here, so exactly one chain continues.
  */
-export async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store): Promise<void> {
+async function finish(row: MessageRow, claim: Claim, message: DecodedMessage, store: Store, complete: Completion): Promise<void> {
   const queue = message.request.queue
   const next = nextRun(queue, Date.now(), optionsFor(row.target).timezone)
-  const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await store.complete(claim)
+  const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await complete(claim)
   if (done) return
   const scheduled = !!row.task || queue?.every !== undefined
   if (scheduled && !(await store.holdsOccurrence(row.ID, row.timestamp))) {

@@ -50,11 +50,14 @@ export interface RunnerOptions {
   pollInterval: number
   /** How long `cds.shutdown` waits for running handlers (ms). */
   shutdownGrace: number
-  /** Messages one process runs at the same time. */
+  /** Handlers one process runs at the same time (slots; a slot runs one message or a batch, one after another). */
   concurrency: number
   /** How many messages one claim takes at most. */
   chunkSize: number
-  /** Messages of one claim that share a transaction, a savepoint around each; 1 = a transaction per message. */
+  /**
+   * Most messages of a backlog one slot takes from a claim, run one after another in one transaction, a savepoint
+   * around each; 1 = a transaction per message. A claim is spread over the free slots first.
+   */
   batchSize: number
 }
 

@@ -16,26 +16,23 @@ export class AttemptAborted extends QueueError {
 }
 
 /**
- * Holds the claim of one running message. The lease (`dueAt`) is renewed every third of `timeout`, so a crashed
- * process's messages are taken over after `timeout` while a live process's long handler keeps its claim and runs
- * once. Renewal ends when the handler finishes, when the claim turns out to be lost, or after `handlerTimeout`:
- * then the handler is abandoned (its signal aborts) and the message is taken over once the lease expires.
+ * Holds the claim of one running message. The lease (`dueAt`) is renewed every third of `timeout` by the message's
+ * `Renewals` (one statement for all messages of a slot), so a crashed process's messages are taken over after
+ * `timeout` while a live process's long handler keeps its claim and runs once. Renewal ends when the handler
+ * finishes, when the claim turns out to be lost, or after `handlerTimeout`: then the handler is abandoned (its signal
+ * aborts) and the message is taken over once the lease expires.
  */
 export class Lease {
   private readonly controller = new AbortController()
-  private timer: NodeJS.Timeout | undefined
   private deadline: NodeJS.Timeout | undefined
-  private active = false
-  private failures = 0
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
 
   constructor(
     readonly claim: Claim,
-    private readonly timeout: number,
     private readonly handlerTimeout: number,
-    private readonly store: Store
+    private readonly renewals: Renewals
   ) {}
 
   /** Aborted on shutdown (after the grace period), on lease loss and after `handlerTimeout`. */
@@ -44,8 +41,7 @@ export class Lease {
   }
 
   start(): void {
-    this.active = true
-    this.schedule(this.interval)
+    this.renewals.add(this)
     this.deadline = setTimeout(() => {
       this.abort(new AttemptAborted(`Message ${this.claim.ID}: its handler did not finish within handlerTimeout (${this.handlerTimeout} ms)`, 'HANDLER_TIMEOUT'))
       this.giveUp()
@@ -60,9 +56,33 @@ export class Lease {
 
   /** Ends renewal; the lease then runs out unless the claim is completed or handed back. */
   stop(): void {
-    this.active = false
-    clearTimeout(this.timer)
+    this.renewals.delete(this)
     clearTimeout(this.deadline)
+  }
+}
+
+/**
+ * Renews the leases of the messages one slot runs (a message, or a batch of one queue), in one short transaction
+ * every third of `timeout`: a renewal per message would compete with the batch for connections and fall behind.
+ */
+export class Renewals {
+  private readonly leases = new Set<Lease>()
+  private timer: NodeJS.Timeout | undefined
+  private failures = 0
+
+  constructor(
+    private readonly timeout: number,
+    private readonly store: Store
+  ) {}
+
+  add(lease: Lease): void {
+    this.leases.add(lease)
+    if (!this.timer) this.schedule(this.interval)
+  }
+
+  delete(lease: Lease): void {
+    this.leases.delete(lease)
+    if (this.leases.size === 0) clearTimeout(this.timer)
   }
 
   private get interval(): number {
@@ -70,26 +90,34 @@ export class Lease {
   }
 
   private schedule(delay: number): void {
-    if (this.active) this.timer = setTimeout(() => void this.renew(), delay).unref()
+    clearTimeout(this.timer)
+    this.timer = this.leases.size ? setTimeout(() => void this.renew(), delay).unref() : undefined
   }
 
   private async renew(): Promise<void> {
-    let held: boolean
+    const leases = [...this.leases]
+    let held: Set<string>
     try {
       // Detached from whichever context the timer fired in: a renewal is a transaction of its own.
       cds.context = undefined
-      held = await inOwnTransaction(() => this.store.renew(this.claim, Date.now() + this.timeout))
+      held = await inOwnTransaction(() => this.store.renewAll(leases.map(l => l.claim), Date.now() + this.timeout))
     } catch (e) {
       this.failures++
-      LOG.warn(`could not renew the lease of message ${this.claim.ID} (${this.failures}x); retrying:`, e)
+      LOG.warn(`could not renew the lease of ${describe(leases)} (${this.failures}x); retrying:`, e)
       return this.schedule(Math.min(this.interval, RETRY_RENEWAL))
     }
-    if (this.failures) LOG.info(`renewed the lease of message ${this.claim.ID} again after ${this.failures} failures`)
+    if (this.failures) LOG.info(`renewed the lease of ${describe(leases)} again after ${this.failures} failures`)
     this.failures = 0
-    // A renewal racing the handler's own completion finds the row gone: only a running handler has lost its claim.
-    if (!this.active) return
-    if (held) return this.schedule(this.interval)
-    LOG.warn(`message ${this.claim.ID}: its claim was taken over or the row deleted while the handler ran; aborting the handler`)
-    this.abort(new AttemptAborted(`Message ${this.claim.ID}: the claim was lost while the handler ran`, 'LEASE_LOST'))
+    // A renewal racing a handler's own completion finds the row gone: only a running handler has lost its claim.
+    for (const lease of leases) {
+      if (held.has(lease.claim.ID) || !this.leases.has(lease)) continue
+      LOG.warn(`message ${lease.claim.ID}: its claim was taken over or the row deleted while the handler ran; aborting the handler`)
+      lease.abort(new AttemptAborted(`Message ${lease.claim.ID}: the claim was lost while the handler ran`, 'LEASE_LOST'))
+    }
+    this.schedule(this.interval)
   }
+}
+
+function describe(leases: Lease[]): string {
+  return leases.length === 1 ? `message ${leases[0].claim.ID}` : `${leases.length} messages (${leases[0].claim.ID}, …)`
 }

@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { bindingFor, registerQueue, type QueueBinding } from './config'
 import { assertSize, decode, encode, newMessage, type Dispatchable } from './codec'
+import type { NewMessage } from './interfaces'
 import { dispatchNow } from './dispatch'
 import { invalid, QueueError } from './errors'
 import { orderingKeyOf } from './ordering'
@@ -28,7 +29,8 @@ export type QueuedService = Service & { queued: object; outboxed: object; flush(
 interface Context {
   [$wakes]?: boolean
   [$inMemory]?: string[]
-  on(event: 'succeeded', listener: () => unknown): void
+  tenant?: string
+  on(event: 'succeeded' | 'failed', listener: () => unknown): void
 }
 
 function isService(srv: unknown): srv is Service {
@@ -78,13 +80,44 @@ async function enqueue(original: Service, binding: QueueBinding, req: Dispatchab
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
     const orderingKey = orderingKeyOf(req, binding.options.orderingKey)
-    await runner.store.insert({ ...newMessage(binding.target, msg, after), orderingKey }, appid)
+    const message = { ...newMessage(binding.target, msg, after), orderingKey }
+    // Due now, in no key's order and for the runner's own tenant: this process may run it right after the commit.
+    if (!after && orderingKey === undefined && !context.tenant && (await runAfterCommit(context, message, appid))) return undefined
+    await runner.store.insert(message, appid)
   }
   if (!context[$wakes]) {
     context[$wakes] = true
     context.on('succeeded', () => runner.wake())
   }
   return undefined
+}
+
+/**
+ * Writes a message already claimed for a slot this process reserved and runs it once the transaction commits: no
+ * claim round trip between commit and handler. False, writing nothing, when the runner has no slot free.
+ */
+async function runAfterCommit(context: Context, message: NewMessage, appid: string | null): Promise<boolean> {
+  const reservation = runner.reserve(message.target)
+  if (!reservation) return false
+  const { claimedBy, claimedAt, leaseUntil } = reservation
+  let settled = false
+  const settle = (then: () => void) => () => {
+    if (settled) return
+    settled = true
+    then()
+  }
+  try {
+    await runner.store.insertClaimed(message, appid, { ID: message.ID, claimedBy, claimedAt }, leaseUntil)
+  } catch (e) {
+    settle(() => runner.unreserve())()
+    throw e
+  }
+  const { ID, target, msg } = message
+  const row = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid, claimedAt }
+  // 'failed' also follows 'succeeded' when a later 'succeeded' listener fails: the first of the two counts.
+  context.on('succeeded', settle(() => runner.runReserved(row, claimedBy)))
+  context.on('failed', settle(() => runner.unreserve()))
+  return true
 }
 
 /** Without persistence (`cds.requires.queue: false`), queued calls run once after commit, as in CAP. */

@@ -4,11 +4,18 @@ import { randomBytes } from 'crypto'
 import { DEFAULT_QUEUE, optionsFor, resolveRunnerOptions } from './config'
 import { attemptBatch, type AttemptResult, type BatchEntry } from './batch'
 import { attempt, logOutcome } from './dispatch'
-import { AttemptAborted, Lease } from './lease'
+import { AttemptAborted, Lease, Renewals } from './lease'
 import { Notifier } from './notifier'
 import { recordOutcome } from './outcomes'
 import { inOwnTransaction, Store } from './store'
 import type { MessageRow, Outcome, RunnerOptions } from './interfaces'
+
+/** A slot reserved for a message being enqueued (see `Runner.reserve`). */
+export interface Reservation {
+  claimedBy: string
+  claimedAt: number
+  leaseUntil: number
+}
 
 const LOG = cds.log('queue')
 
@@ -26,12 +33,19 @@ export class Runner {
   private options: RunnerOptions | undefined
   private storeInstance: Store | undefined
   private inFlight = new Set<Promise<void>>()
-  /** Messages running in this process (a batch in `inFlight` runs several). */
-  private running = 0
-  /** Messages running per queue, for the queues' own `concurrency` limits. */
-  private runningPerQueue = new Map<string, number>()
+  /**
+   * Slots in use: a slot runs one message, or a batch of a backlog's messages one after another, so at most
+   * `concurrency` handlers run at once.
+   */
+  private slots = 0
+  /** Slots in use per queue, for the queues' own `concurrency` limits. */
+  private slotsPerQueue = new Map<string, number>()
   /** The claims of running handlers: renewed while they run, handed back if they are still running at shutdown. */
   private leases = new Set<Lease>()
+  /** Slots promised to messages enqueued in open transactions of this process (see `reserve`). */
+  private reserved = 0
+  /** The last pass stopped claiming because every slot was in use: there may be more to claim once one frees up. */
+  private saturated = false
   private stopped: Promise<void> | undefined
   private pumping = false
   private again = false
@@ -169,9 +183,10 @@ export class Runner {
   }
 
   private async claimWhileFree(): Promise<void> {
-    const { concurrency, chunkSize } = this.opts
-    while (!this.stopping && this.running < concurrency) {
-      const { limit, full } = this.claimBounds(Math.min(chunkSize, concurrency - this.running))
+    const { concurrency, chunkSize, batchSize } = this.opts
+    this.saturated = false
+    while (!this.stopping && this.slots < concurrency) {
+      const { limit, full } = this.claimBounds(Math.min(chunkSize, (concurrency - this.slots) * batchSize))
       let rows: MessageRow[]
       try {
         rows = await this.claim(limit, full)
@@ -182,29 +197,29 @@ export class Runner {
       this.claimFailures = 0
       if (rows.length === 0) return
       const over: MessageRow[] = []
-      const start: MessageRow[] = []
-      for (const row of rows) {
-        if (this.count(row.target, 0) < this.limitOf(row.target)) {
-          this.count(row.target, 1)
-          start.push(row)
-        } else over.push(row)
+      for (const [target, queued] of byTarget(rows)) {
+        const free = Math.min(this.limitOf(target) - (this.slotsPerQueue.get(target) ?? 0), concurrency - this.slots)
+        const start = queued.slice(0, Math.max(0, free) * batchSize)
+        over.push(...queued.slice(start.length))
+        // Spread over the free slots: a batch only when there are more messages than slots.
+        const size = Math.ceil(start.length / Math.min(free, start.length))
+        for (let i = 0; i < start.length; i += size) this.run(target, start.slice(i, i + size))
       }
-      const { batchSize } = this.opts
-      for (let i = 0; i < start.length; i += batchSize) this.run(start.slice(i, i + batchSize))
       if (over.length) await this.handBackUnstarted(over)
     }
+    this.saturated = this.slots >= concurrency
   }
 
   /**
-   * The size of the next claim and the queues it skips: those running their `concurrency` in this process. A queue
-   * with some slots left bounds the claim to them, since one claim may take all its rows from that queue.
+   * The size of the next claim and the queues it skips: those using all their slots in this process. A queue with
+   * some slots left bounds the claim to what they take, since one claim may take all its rows from that queue.
    */
   private claimBounds(limit: number): { limit: number; full: string[] } {
     const full: string[] = []
-    for (const [target, running] of this.runningPerQueue) {
-      const free = this.limitOf(target) - running
+    for (const [target, used] of this.slotsPerQueue) {
+      const free = this.limitOf(target) - used
       if (free <= 0) full.push(target)
-      else limit = Math.min(limit, free)
+      else limit = Math.min(limit, free * this.opts.batchSize)
     }
     return { limit, full }
   }
@@ -214,22 +229,14 @@ export class Runner {
     return Math.min(optionsFor(target).concurrency, this.opts.concurrency)
   }
 
-  /** Adds `delta` to the messages running for `target`; returns the new count. */
-  private count(target: string, delta: number): number {
-    const running = (this.runningPerQueue.get(target) ?? 0) + delta
-    if (running > 0) this.runningPerQueue.set(target, running)
-    else this.runningPerQueue.delete(target)
-    return running
-  }
-
   /**
    * Rows of a queue whose limit this claim overshot (its first rows in this process: nothing bounded the claim yet)
    * go back unstarted; a slot of their queue freeing up wakes the runner for them.
    */
-  private async handBackUnstarted(rows: MessageRow[]): Promise<void> {
+  private async handBackUnstarted(rows: MessageRow[], claimedBy = this.owner): Promise<void> {
     try {
       await inOwnTransaction(async () => {
-        for (const row of rows) await this.store.release({ ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }, new Date(row.claimedAt))
+        for (const row of rows) await this.store.release({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }, new Date(row.claimedAt))
       })
     } catch (e) {
       LOG.warn(`could not hand back ${rows.length} messages above their queue's concurrency; they run when their leases expire:`, e)
@@ -247,29 +254,72 @@ export class Runner {
     return optionsFor(DEFAULT_QUEUE).timeout
   }
 
-  /** Runs claimed rows (already counted for their queues): one alone in its transaction, several as a batch. */
-  private run(rows: MessageRow[]): void {
-    this.running += rows.length
+  /**
+   * A slot for a message this process is enqueueing: written already claimed, it runs right after its transaction
+   * commits, with no claim in between (see `runReserved`). Undefined when every slot is in use or promised, or the
+   * runner is not running: the message is then written unclaimed, for the next claim by any process.
+   * Reserved claims have an owner of their own, so a claim's read-back by (owner, time) never finds them.
+   */
+  reserve(target: string): Reservation | undefined {
+    if (!this.started || this.stopping) return undefined
+    const promised = this.slots + this.reserved
+    if (promised >= this.opts.concurrency || (this.slotsPerQueue.get(target) ?? 0) + this.reserved >= this.limitOf(target)) return undefined
+    this.reserved++
+    const claimedAt = Date.now()
+    return { claimedBy: `${this.owner}:enqueued`, claimedAt, leaseUntil: claimedAt + optionsFor(target).timeout }
+  }
+
+  /** The transaction that was to commit a reserved message did not. */
+  unreserve(): void {
+    this.reserved--
+  }
+
+  /**
+   * Runs a message written with a reserved slot, now that its transaction committed. One whose transaction stayed
+   * open for a third of its lease goes back to the queue instead: renewals would start too late to keep the lease.
+   */
+  runReserved(row: MessageRow, claimedBy: string): void {
+    // Detached from the committing request, like a claim pass: its handlers get the message's context only.
+    setImmediate(() => {
+      cds.context = undefined
+      this.reserved--
+      const stale = Date.now() - row.claimedAt > optionsFor(row.target).timeout / 3
+      if (this.stopping || !this.started || stale) void this.handBackUnstarted([row], claimedBy).then(() => this.wake())
+      else this.run(row.target, [row], claimedBy)
+    })
+  }
+
+  /**
+   * Runs claimed rows of one queue in a slot: one alone in its transaction, several as a batch. `claimedBy` other
+   * than the runner's owner marks a reserved message (see `reserve`): its lease is already its queue's.
+   */
+  private run(target: string, rows: MessageRow[], claimedBy = this.owner): void {
+    const reserved = claimedBy !== this.owner
+    let settled = false
+    this.slots++
+    this.slotsPerQueue.set(target, (this.slotsPerQueue.get(target) ?? 0) + 1)
+    const { timeout, handlerTimeout } = optionsFor(target)
+    const renewals = new Renewals(timeout, this.store)
     const entries = rows.map(row => {
-      const claim = { ID: row.ID, claimedBy: this.owner, claimedAt: row.claimedAt }
-      const { timeout, handlerTimeout } = optionsFor(row.target)
-      return { row, claim, timeout, lease: new Lease(claim, timeout, handlerTimeout, this.store) }
+      const claim = { ID: row.ID, claimedBy, claimedAt: row.claimedAt }
+      return { row, claim, timeout, lease: new Lease(claim, handlerTimeout, renewals) }
     })
     const done = (async () => {
       // Claimed while shutdown began: hand them back unstarted.
       if (this.stopping) return void (await inOwnTransaction(async () => { for (const { claim } of entries) await this.store.release(claim, new Date()) }))
-      const adjusted = entries.filter(e => e.timeout !== this.leaseFor())
+      const adjusted = reserved ? [] : entries.filter(e => e.timeout !== this.leaseFor())
       if (adjusted.length) await inOwnTransaction(async () => { for (const e of adjusted) await this.store.renew(e.claim, e.row.claimedAt + e.timeout) })
       for (const { lease } of entries) {
         this.leases.add(lease)
         lease.start()
       }
-      const batch: BatchEntry[] = entries.map(({ row, claim, lease }) => ({ row, claim, signal: lease.signal }))
+      const batch: BatchEntry[] = entries.map(({ row, claim, lease }) => ({ row, claim, signal: lease.signal, committed: () => lease.stop() }))
       const results = await Promise.race([this.attempt(batch), ...entries.map(e => e.lease.abandoned)])
       if (!results) {
         LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
         return
       }
+      settled = results.every(r => r.outcome.kind === 'succeeded')
       for (const [i, { row, claim, lease }] of entries.entries()) {
         const outcome = interrupted(results[i].outcome, lease.signal)
         logOutcome(row, outcome)
@@ -280,16 +330,19 @@ export class Runner {
       .catch(e => LOG.error(`could not run messages ${rows.map(r => r.ID).join(', ')}; their leases will expire:`, e))
       .finally(() => {
         this.inFlight.delete(done)
-        this.running -= rows.length
-        let refill = this.running <= this.opts.concurrency / 2
-        for (const { row, lease } of entries) {
+        for (const { lease } of entries) {
           lease.stop()
           this.leases.delete(lease)
-          // A queue held at its own limit refills once half of its slots are free.
-          if (this.count(row.target, -1) <= this.limitOf(row.target) / 2) refill = true
         }
-        // Refill in batches, not per message: a claim per finished message would double the statements.
-        if (refill) this.wake()
+        this.slots--
+        const used = (this.slotsPerQueue.get(target) ?? 1) - 1
+        if (used > 0) this.slotsPerQueue.set(target, used)
+        else this.slotsPerQueue.delete(target)
+        // Refill in batches, not per slot: a claim per finished message would double the statements. A queue held
+        // at its own limit refills once half of its slots are free. A reserved message that succeeded leaves nothing
+        // to claim or to time (a retry does), unless a pass left rows for want of slots or flush() waits for idle.
+        if (reserved && settled && !this.saturated && !this.idleWaiters.length) return
+        if (this.slots <= this.opts.concurrency / 2 || used <= this.limitOf(target) / 2) this.wake()
       })
     this.inFlight.add(done)
   }
@@ -329,6 +382,16 @@ export class Runner {
     clearTimeout(this.timer)
     this.timer = setTimeout(() => this.wake(), delay).unref()
   }
+}
+
+function byTarget(rows: MessageRow[]): Map<string, MessageRow[]> {
+  const groups = new Map<string, MessageRow[]>()
+  for (const row of rows) {
+    const group = groups.get(row.target)
+    if (group) group.push(row)
+    else groups.set(row.target, [row])
+  }
+  return groups
 }
 
 /** A handler that failed because shutdown aborted it was interrupted, not at fault: its message is handed back. */

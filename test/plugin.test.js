@@ -58,7 +58,8 @@ describe('the plugin package', () => {
     await waitFor(async () => (await SELECT.from(MESSAGES)).length === 0, { what: 'an empty queue' })
     await sleep(300) // time for a duplicate run to show up, if there were one
     expect([...counts.values()].every(c => c === 1)).toBe(true)
-    expect(claimers.size).toBe(1)
-    expect([...claimers][0]).toMatch(new RegExp(`:${process.pid}:`))
+    // Claimed by this process's runner: by a claim pass, or already at enqueue (`…:enqueued`) while it had free slots.
+    expect(claimers.size).toBeGreaterThanOrEqual(1)
+    for (const claimer of claimers) expect(claimer).toMatch(new RegExp(`:${process.pid}:[0-9a-f]{6}(:enqueued)?$`))
   })
 })

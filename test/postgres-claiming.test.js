@@ -51,8 +51,11 @@ describe('postgres: claiming', () => {
       client.on('notification', n => received.push(n.channel))
       await client.query('LISTEN cds_event_queues')
       let beforeCommit
+      // Keyed messages are always left to a claim, so other instances are told of them (an unkeyed one may be
+      // written already claimed by this process, which then runs it without telling anyone).
+      const keyed = { 'x-ordering-key': 'k' }
       await cds.tx(async () => {
-        await queued.emit('greet')
+        await queued.emit('greet', {}, keyed)
         await client.query('SELECT 1') // a round trip delivers whatever was already sent
         beforeCommit = received.length
       })
@@ -60,11 +63,11 @@ describe('postgres: claiming', () => {
       await waitFor(() => received.length === 1, { what: 'the notification of the commit' })
       await expect(
         cds.tx(async () => {
-          await queued.emit('greet')
+          await queued.emit('greet', {}, keyed)
           throw new Error('business failure')
         })
       ).rejects.toThrow('business failure')
-      await cds.tx(() => queued.emit('greet'))
+      await cds.tx(() => queued.emit('greet', {}, keyed))
       // Notifications arrive in commit order: once the last commit's has arrived, the rollback's would have too.
       await waitFor(() => received.length >= 2, { what: 'the notification of the second commit' })
       expect(received).toEqual(['cds_event_queues', 'cds_event_queues'])

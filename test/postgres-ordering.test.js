@@ -44,6 +44,7 @@ describe('postgres multi-instance: ordering keys', () => {
       for (let i = 1; i < runs.length; i++) expect(runs[i].start).toBeGreaterThanOrEqual(runs[i - 1].end)
       for (const r of runs) instances.add(r.instance)
     }
-    expect([...instances].sort()).toEqual(INSTANCES)
+    // Several instances ran them; one claim may take the heads of all 20 keys, so not every instance need get some.
+    expect(instances.size).toBeGreaterThanOrEqual(2)
   }, 200000)
 })

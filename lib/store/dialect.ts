@@ -1,3 +1,5 @@
+import { createHash } from 'crypto'
+
 /**
  * Where SQLite and PostgreSQL differ for the queue's statements. Everything else in the store is plain SQL that
  * both accept (unquoted identifiers, `?` placeholders translated here, ON CONFLICT, CASE, ||).
@@ -60,7 +62,18 @@ function statementOn(connection: SqliteConnection, sql: string): SqliteStatement
 }
 
 interface PgClient {
-  query(config: { text: string; values: unknown[] }): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>
+  query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>
+}
+
+/**
+ * Named statements are parsed and planned once per connection (the claim's plan is not cheap). The store's texts
+ * come from a small set (IN lists up to the batch size, the queues skipped by a claim), so the names stay few.
+ */
+const statementNames = new Map<string, string>()
+function statementName(sql: string): string {
+  let name = statementNames.get(sql)
+  if (!name) statementNames.set(sql, (name = 'cds_event_queues_' + createHash('sha1').update(sql).digest('hex')))
+  return name
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */
@@ -108,10 +121,8 @@ const postgres: Dialect = {
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
   keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`,
-  // Unnamed statements: parse, bind and execute still travel in one round trip, and no server-side statement is
-  // left behind per IN-list length.
   execute: async (connection, sql, params) => {
-    const { rows, rowCount } = await (connection as PgClient).query({ text: sql, values: params })
+    const { rows, rowCount } = await (connection as PgClient).query({ name: statementName(sql), text: sql, values: params })
     return { rows, changes: rowCount ?? 0 }
   }
 }

@@ -1,0 +1,66 @@
+const { startApp } = require('./support/app')
+const { waitFor } = require('./support/wait')
+const { MESSAGES, messages } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+// Hourly polling and a long lease: whatever runs here was started by a commit, not by a timer or an expired lease.
+startApp({ requires: { queue: { pollInterval: '1h', concurrency: 3, timeout: '1h' } } })
+
+describe('messages claimed at enqueue (run right after commit, no claim pass)', () => {
+  let srv, queued
+  const runs = []
+  beforeAll(async () => {
+    srv = await cds.connect.to('Target')
+    queued = cds.queued(srv)
+    srv.on('note', req => runs.push(req.data.n))
+  })
+  afterEach(async () => {
+    await cds.flush()
+    await DELETE.from(MESSAGES)
+    runs.length = 0
+  })
+
+  const stored = () => SELECT.from(MESSAGES).columns('ID', 'status', 'claimedBy', 'orderingKey').orderBy('timestamp')
+
+  test('while slots are free, a due message is written claimed by this process and runs after commit', async () => {
+    const inTx = await cds.tx(async () => {
+      await queued.emit('note', { n: 1 })
+      return stored()
+    })
+    expect(inTx).toEqual([{ ID: expect.any(String), status: 'processing', claimedBy: expect.stringMatching(new RegExp(`:${process.pid}:[0-9a-f]{6}:enqueued$`)), orderingKey: null }])
+    await waitFor(() => runs.length === 1, { what: 'the handler' })
+    await waitFor(async () => (await messages()).length === 0, { what: 'the row deleted' })
+    expect(runs).toEqual([1])
+  })
+
+  test('beyond the free slots, keyed and delayed messages are written unclaimed, and all of them run', async () => {
+    const inTx = await cds.tx(async () => {
+      for (let n = 0; n < 5; n++) await queued.emit('note', { n })
+      await queued.emit('note', { n: 5 }, { 'x-ordering-key': 'k' })
+      await queued.schedule('note', { n: 6 }).after('50ms')
+      return stored()
+    })
+    // 3 slots: the first three are claimed at enqueue; the other two, the keyed and the delayed one wait for a claim.
+    expect(inTx.map(r => r.status)).toEqual(['processing', 'processing', 'processing', null, null, null, null])
+    await waitFor(() => runs.length === 7, { what: 'all seven messages' })
+    expect(runs.sort()).toEqual([0, 1, 2, 3, 4, 5, 6])
+  })
+
+  test('a rollback leaves no message and gives the reserved slots back', async () => {
+    await expect(
+      cds.tx(async () => {
+        for (let n = 0; n < 3; n++) await queued.emit('note', { n })
+        throw new Error('business failure')
+      })
+    ).rejects.toThrow('business failure')
+    expect(await messages()).toHaveLength(0)
+    // Were the three slots still promised, these would be written unclaimed instead.
+    const inTx = await cds.tx(async () => {
+      for (let n = 10; n < 13; n++) await queued.emit('note', { n })
+      return stored()
+    })
+    expect(inTx.map(r => r.status)).toEqual(['processing', 'processing', 'processing'])
+    await waitFor(() => runs.length === 3, { what: 'the three messages' })
+    expect(runs.sort()).toEqual([10, 11, 12])
+  })
+})
