@@ -74,7 +74,12 @@ export class Runner {
     this.started = true
     this.stopping = false
     this.stopped = undefined
-    await this.store.ensureIndexes()
+    try {
+      await this.store.ensureIndexes()
+    } catch (e) {
+      // A database unreachable at start must not leave the runner dead: claims back off until it is back.
+      LOG.warn('could not check the indexes of the queue table; claims work without them, but slower:', e)
+    }
     const listen = this.store.listenStatement
     if (listen) {
       this.notifier = new Notifier(listen, () => this.wake())
@@ -230,8 +235,9 @@ export class Runner {
   }
 
   /**
-   * Rows of a queue whose limit this claim overshot (its first rows in this process: nothing bounded the claim yet)
-   * go back unstarted; a slot of their queue freeing up wakes the runner for them.
+   * Rows that will not run here after all go back unstarted, due again at their claim time: those of a queue whose
+   * limit a claim overshot (its first rows in this process: nothing bounded the claim yet; a slot of their queue
+   * freeing up wakes the runner for them), and reserved ones that cannot run now (see `runReserved`).
    */
   private async handBackUnstarted(rows: MessageRow[], claimedBy = this.owner): Promise<void> {
     try {
@@ -239,7 +245,7 @@ export class Runner {
         for (const row of rows) await this.store.release({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }, new Date(row.claimedAt))
       })
     } catch (e) {
-      LOG.warn(`could not hand back ${rows.length} messages above their queue's concurrency; they run when their leases expire:`, e)
+      LOG.warn(`could not hand back ${rows.length} unstarted messages; they run when their leases expire:`, e)
     }
   }
 

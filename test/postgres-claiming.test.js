@@ -109,4 +109,16 @@ describe('postgres: claiming', () => {
     expect(plan).toMatch(/Index (Only )?Scan (using|on) cds_outbox_messages_due/)
     expect(plan).not.toMatch(/Seq Scan on cds_outbox_messages/)
   })
+
+  test('instances starting at the same moment create the claim indexes once between them, and none of them fails', async () => {
+    const { runner } = require('../lib/runner')
+    const indexes = async () => (await query(`SELECT indexname FROM pg_indexes WHERE tablename = 'cds_outbox_messages' AND indexname <> 'cds_outbox_messages_pkey' ORDER BY 1`)).rows.map(r => r.indexname)
+    const created = await indexes()
+    expect(created).toHaveLength(5)
+    for (const name of created) await query(`DROP INDEX ${name}`)
+    // What runners starting side by side do: PostgreSQL fails all but one concurrent CREATE INDEX IF NOT EXISTS of
+    // a name with a duplicate key, which used to leave those runners dead.
+    await Promise.all([1, 2, 3, 4].map(() => runner.store.ensureIndexes()))
+    expect(await indexes()).toEqual(created)
+  })
 })

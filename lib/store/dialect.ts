@@ -28,6 +28,8 @@ export interface Dialect {
    * number of rows it changed. `reads` says which of the two the caller wants.
    */
   execute(connection: unknown, sql: string, params: unknown[], reads: boolean): Promise<Result>
+  /** A query of the names (column `name`) of the indexes on `table`, from the catalog: no lock on the table. */
+  indexesOf(table: string): string
 }
 
 export interface Result {
@@ -91,6 +93,7 @@ const sqlite: Dialect = {
   skipLocked: '',
   // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
   isoText: column => column,
+  indexesOf: table => `SELECT name AS "name" FROM sqlite_master WHERE type = 'index' AND tbl_name = '${table}'`,
   execute: async (connection, sql, params, reads) => {
     const statement = statementOn(connection as SqliteConnection, sql)
     if (reads) return { rows: statement.all(params), changes: 0 }
@@ -121,6 +124,9 @@ const postgres: Dialect = {
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
   keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`,
+  // Unquoted identifiers are folded to lower case when created.
+  indexesOf: table =>
+    `SELECT indexname AS "name" FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '${table.toLowerCase()}'`,
   execute: async (connection, sql, params) => {
     const { rows, rowCount } = await (connection as PgClient).query({ name: statementName(sql), text: sql, values: params })
     return { rows, changes: rowCount ?? 0 }

@@ -456,8 +456,26 @@ export class Store {
     return Number.isNaN(next) ? undefined : next
   }
 
-  /** Creates the indexes the claim needs if they are missing (idempotent; see `INDEXES`). */
+  /**
+   * Creates the indexes the claim needs if they are missing (idempotent; see `INDEXES`). Existing ones are looked up
+   * first: on PostgreSQL even `CREATE INDEX IF NOT EXISTS` waits for a lock that conflicts with every running
+   * claim and completion, so an instance starting beside a busy one would sit there while the other drains.
+   */
   async ensureIndexes(): Promise<void> {
-    for (const ddl of INDEXES) await this.changes(ddl, [])
+    const existing = await this.indexNames()
+    for (const ddl of INDEXES) {
+      const name = /INDEX IF NOT EXISTS (\w+)/.exec(ddl)?.[1].toLowerCase() ?? ddl
+      if (existing.has(name)) continue
+      try {
+        await this.changes(ddl, [])
+      } catch (e) {
+        // Instances starting at the same moment race to create it; PostgreSQL fails the later ones with a duplicate.
+        if (!(await this.indexNames()).has(name)) cds.log('queue').warn(`could not create index ${name}; claims work without it, but slower:`, e)
+      }
+    }
+  }
+
+  private async indexNames(): Promise<Set<string>> {
+    return new Set((await this.rows<{ name: string }>(this.dialect.indexesOf(TABLE), [])).map(r => r.name.toLowerCase()))
   }
 }
