@@ -56,7 +56,10 @@ export interface QueueOptions {
    * `'block'` holds them until the dead letter is revived (it runs first) or deleted.
    */
   orderingOnDeadLetter?: 'continue' | 'block'
-  /** Messages of this queue one process runs at the same time, within the runner's `concurrency`. Default 10. */
+  /**
+   * Handlers of this queue one process runs at the same time, within the runner's `concurrency`; each runs one
+   * message, or a batch of a backlog one after another. Default 10.
+   */
   concurrency?: number
 }
 

@@ -31,7 +31,7 @@ export interface QueueOptions {
   orderingKey: OrderingKeySource | undefined
   /** What the later messages of a key do when the key's head becomes a dead letter. */
   orderingOnDeadLetter: DeadLetterOrdering
-  /** Messages of this queue one process runs at the same time (never more than the runner's `concurrency`). */
+  /** Handler slots of this queue in one process (never more than the runner's `concurrency`). */
   concurrency: number
 }
 
