@@ -19,6 +19,11 @@ export interface BatchEntry {
   signal: AbortSignal
   /** Called once the message's work has committed (its row is gone): its lease needs no more renewal. */
   committed(): void
+  /**
+   * Marks the message as started, unless the runner has taken it back meanwhile (its signal aborted): false then.
+   * Synchronous, so a hand-back by the runner and the start of the message never overlap.
+   */
+  start(): boolean
 }
 
 export interface AttemptResult {
@@ -75,7 +80,8 @@ export async function attemptBatch(entries: BatchEntry[], store: Store): Promise
   const groups = new Map<string, Ready[]>()
   entries.forEach((entry, index) => {
     const prepared = prepare(entry.row)
-    if (prepared.outcome) return void (results[index] = prepared)
+    if (prepared.outcome && entry.start()) return void (results[index] = prepared)
+    if (prepared.outcome) return void (results[index] = { outcome: failure(entry.signal.reason, entry.row, optionsFor(entry.row.target)) })
     const key = sessionKey(prepared.message)
     const group = groups.get(key) ?? []
     group.push({ ...entry, message: prepared.message, index })
@@ -103,8 +109,9 @@ async function runInOneTransaction(group: Ready[], store: Store, results: Attemp
       for (const [i, entry] of group.entries()) {
         if (i > 0 && Date.now() - started > TRANSACTION_TIME) break
         taken++
-        // Shutdown or a lost lease while its neighbours ran: it does not start (the runner hands it back or drops it).
-        if (entry.signal.aborted) {
+        // Shutdown, a lost lease or a hand-back while its neighbours ran: it does not start (the runner hands it back
+        // or drops it).
+        if (!entry.start()) {
           results[entry.index] = failed(entry, entry.signal.reason)
           continue
         }

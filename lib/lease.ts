@@ -7,9 +7,12 @@ const LOG = cds.log('queue')
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
 
-/** Why a handler's `req.queue.signal` aborted: its `reason`, with `code` SHUTDOWN, LEASE_LOST or HANDLER_TIMEOUT. */
+/**
+ * Why a handler's `req.queue.signal` aborted: its `reason`, with `code` SHUTDOWN, LEASE_LOST or HANDLER_TIMEOUT.
+ * HANDED_BACK only ever aborts messages of a batch that have not started (no handler sees it).
+ */
 export class AttemptAborted extends QueueError {
-  constructor(message: string, code: 'SHUTDOWN' | 'LEASE_LOST' | 'HANDLER_TIMEOUT') {
+  constructor(message: string, code: 'SHUTDOWN' | 'LEASE_LOST' | 'HANDLER_TIMEOUT' | 'HANDED_BACK') {
     super(message, code)
     this.name = 'AttemptAborted'
   }

@@ -19,6 +19,12 @@ export interface Reservation {
 
 const LOG = cds.log('queue')
 
+/**
+ * A batch's messages that have not started after this long go back to the queue (see `Runner.handBackRest`): a
+ * batch of fast handlers is done long before; behind a slow one, they would wait.
+ */
+const SLOT_TIME = 1000
+
 /** Upper bound for the pause after a failed claim (database outage): short enough to recover quickly. */
 const MAX_CLAIM_BACKOFF = 30_000
 
@@ -302,13 +308,14 @@ export class Runner {
   private run(target: string, rows: MessageRow[], claimedBy = this.owner): void {
     const reserved = claimedBy !== this.owner
     let settled = false
+    let handBack: NodeJS.Timeout | undefined
     this.slots++
     this.slotsPerQueue.set(target, (this.slotsPerQueue.get(target) ?? 0) + 1)
     const { timeout, handlerTimeout } = optionsFor(target)
     const renewals = new Renewals(timeout, this.store)
     const entries = rows.map(row => {
       const claim = { ID: row.ID, claimedBy, claimedAt: row.claimedAt }
-      return { row, claim, timeout, lease: new Lease(claim, handlerTimeout, renewals) }
+      return { row, claim, timeout, lease: new Lease(claim, handlerTimeout, renewals), started: false }
     })
     const done = (async () => {
       // Claimed while shutdown began: hand them back unstarted.
@@ -319,7 +326,12 @@ export class Runner {
         this.leases.add(lease)
         lease.start()
       }
-      const batch: BatchEntry[] = entries.map(({ row, claim, lease }) => ({ row, claim, signal: lease.signal, committed: () => lease.stop() }))
+      const batch: BatchEntry[] = entries.map(entry => {
+        const { row, claim, lease } = entry
+        const start = () => !lease.signal.aborted && (entry.started = true)
+        return { row, claim, signal: lease.signal, committed: () => lease.stop(), start }
+      })
+      if (batch.length > 1) handBack = setTimeout(() => this.handBackRest(entries, claimedBy), SLOT_TIME)
       const results = await Promise.race([this.attempt(batch), ...entries.map(e => e.lease.abandoned)])
       if (!results) {
         LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
@@ -335,6 +347,7 @@ export class Runner {
     })()
       .catch(e => LOG.error(`could not run messages ${rows.map(r => r.ID).join(', ')}; their leases will expire:`, e))
       .finally(() => {
+        clearTimeout(handBack)
         this.inFlight.delete(done)
         for (const { lease } of entries) {
           lease.stop()
@@ -351,6 +364,17 @@ export class Runner {
         if (this.slots <= this.opts.concurrency / 2 || used <= this.limitOf(target) / 2) this.wake()
       })
     this.inFlight.add(done)
+  }
+
+  /**
+   * Hands back the messages of a batch that have not started after `SLOT_TIME`, so a slow or stuck handler holds up
+   * its own message only: they are due again at once, for any free slot of any process.
+   */
+  private handBackRest(entries: { row: MessageRow; lease: Lease; started: boolean }[], claimedBy: string): void {
+    const rest = entries.filter(({ started, lease }) => !started && !lease.signal.aborted)
+    if (rest.length === 0) return
+    for (const { row, lease } of rest) lease.abort(new AttemptAborted(`Message ${row.ID} was handed back: its slot is busy with a slow handler`, 'HANDED_BACK'))
+    void this.handBackUnstarted(rest.map(({ row }) => row), claimedBy).then(() => this.wake())
   }
 
   private async attempt(entries: BatchEntry[]): Promise<AttemptResult[]> {
@@ -400,10 +424,14 @@ function byTarget(rows: MessageRow[]): Map<string, MessageRow[]> {
   return groups
 }
 
-/** A handler that failed because shutdown aborted it was interrupted, not at fault: its message is handed back. */
+/**
+ * A message aborted by shutdown, or handed back before it started, was interrupted, not at fault: it goes back
+ * without counting an attempt (guarded by the claim, so a hand-back already done or a new owner is left alone).
+ */
 function interrupted(outcome: Outcome, signal: AbortSignal): Outcome {
-  const shutdown = signal.aborted && (signal.reason as AttemptAborted | undefined)?.code === 'SHUTDOWN'
-  return shutdown && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date() } : outcome
+  const code = signal.aborted ? (signal.reason as AttemptAborted | undefined)?.code : undefined
+  const notAtFault = code === 'SHUTDOWN' || code === 'HANDED_BACK'
+  return notAtFault && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date() } : outcome
 }
 
 export const runner = new Runner()

@@ -1,5 +1,6 @@
 const { startApp } = require('./support/app')
 const { MESSAGES, messages, capRow } = require('./support/outbox')
+const { waitFor } = require('./support/wait')
 const cds = require('@sap/cds')
 
 startApp({ requires: { queue: { batchSize: 10, pollInterval: '1h', backoff: { base: 60_000, max: 60_000 } } } })
@@ -73,5 +74,28 @@ describe('batched processing (batchSize > 1)', () => {
       })
     }
     expect(await messages()).toHaveLength(0)
+  })
+
+  test('a stuck handler holds up only its own message: what its batch has not started goes back to the queue', async () => {
+    let open
+    const opened = new Promise(resolve => (open = resolve))
+    const done = []
+    srv.on('wait', async req => {
+      if (req.data.stuck) await opened
+      done.push(req.data.n)
+    })
+    // 30 rows over 10 free slots: the stuck one shares its slot's batch with two others.
+    await INSERT.into(MESSAGES).entries(Array.from({ length: 30 }, (_, n) => capRow({ event: 'wait', data: { n, stuck: n === 0 } })))
+    const flushed = cds.flush()
+    try {
+      await waitFor(() => done.length === 29, { timeout: 10000, what: 'every message but the stuck one' })
+      expect(done).not.toContain(0)
+    } finally {
+      open()
+    }
+    await flushed
+    expect(done.sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, n) => n))
+    // Handed back, not failed: nobody was charged an attempt for waiting.
+    expect(await messages()).toEqual([])
   })
 })
