@@ -26,7 +26,7 @@ const config = {
   pairs1: Number(process.env.BENCH_PAIRS_1 ?? 40),
   pairs100: Number(process.env.BENCH_PAIRS_100 ?? 8),
   scale: numbers(process.env.BENCH_SCALE, '1,2,4'),
-  scaleReps: Number(process.env.BENCH_SCALE_REPS ?? 1),
+  scaleReps: Number(process.env.BENCH_SCALE_REPS ?? 3),
   dbs: (process.env.BENCH_DBS ?? 'sqlite,postgres').split(','),
   drainTimeout: 120_000,
   pollEvery: 10
