@@ -50,8 +50,6 @@ export class Runner {
   private leases = new Set<Lease>()
   /** Slots promised to messages enqueued in open transactions of this process (see `reserve`). */
   private reserved = 0
-  /** The last pass stopped claiming because every slot was in use: there may be more to claim once one frees up. */
-  private saturated = false
   private stopped: Promise<void> | undefined
   private pumping = false
   private again = false
@@ -195,7 +193,6 @@ export class Runner {
 
   private async claimWhileFree(): Promise<void> {
     const { concurrency, chunkSize, batchSize } = this.opts
-    this.saturated = false
     while (!this.stopping && this.slots < concurrency) {
       const { limit, full } = this.claimBounds(Math.min(chunkSize, (concurrency - this.slots) * batchSize))
       let rows: MessageRow[]
@@ -218,7 +215,6 @@ export class Runner {
       }
       if (over.length) await this.handBackUnstarted(over)
     }
-    this.saturated = this.slots >= concurrency
   }
 
   /**
@@ -307,7 +303,6 @@ export class Runner {
    */
   private run(target: string, rows: MessageRow[], claimedBy = this.owner): void {
     const reserved = claimedBy !== this.owner
-    let settled = false
     let handBack: NodeJS.Timeout | undefined
     this.slots++
     this.slotsPerQueue.set(target, (this.slotsPerQueue.get(target) ?? 0) + 1)
@@ -337,7 +332,6 @@ export class Runner {
         LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
         return
       }
-      settled = results.every(r => r.outcome.kind === 'succeeded')
       for (const [i, { row, claim, lease }] of entries.entries()) {
         const outcome = interrupted(results[i].outcome, lease.signal)
         logOutcome(row, outcome)
@@ -358,9 +352,8 @@ export class Runner {
         if (used > 0) this.slotsPerQueue.set(target, used)
         else this.slotsPerQueue.delete(target)
         // Refill in batches, not per slot: a claim per finished message would double the statements. A queue held
-        // at its own limit refills once half of its slots are free. A reserved message that succeeded leaves nothing
-        // to claim or to time (a retry does), unless a pass left rows for want of slots or flush() waits for idle.
-        if (reserved && settled && !this.saturated && !this.idleWaiters.length) return
+        // at its own limit refills once half of its slots are free. Also after a reserved message: a pass that found
+        // it running skipped planning the next due time, and its handler may have queued a callback.
         if (this.slots <= this.opts.concurrency / 2 || used <= this.limitOf(target) / 2) this.wake()
       })
     this.inFlight.add(done)

@@ -63,4 +63,30 @@ describe('messages claimed at enqueue (run right after commit, no claim pass)', 
     await waitFor(() => runs.length === 3, { what: 'the three messages' })
     expect(runs.sort()).toEqual([10, 11, 12])
   })
+
+  // With hourly polling, only the runner's own wake-ups and timers can run these.
+  test("a #succeeded callback of a message claimed at enqueue runs at once", async () => {
+    const results = []
+    srv.on('sum', req => req.data.a + req.data.b)
+    srv.after('sum/#succeeded', data => void results.push(data))
+    await cds.tx(() => queued.send('sum', { a: 1, b: 2 }))
+    await waitFor(() => results.length === 1, { timeout: 5000, what: 'the #succeeded callback' })
+    expect(results).toEqual([3])
+  })
+
+  test('a retry is run when due, also while another message claimed at enqueue was still running', async () => {
+    const attempts = []
+    srv.on('shaky', req => {
+      attempts.push(req.queue.attempt)
+      if (req.queue.attempt === 1) throw new Error('not yet')
+    })
+    srv.on('slowly', () => new Promise(resolve => setTimeout(resolve, 300)))
+    // The failure's wake-up finds 'slowly' still running; its end must lead to the retry's timer.
+    await cds.tx(async () => {
+      await queued.emit('slowly', {})
+      await queued.emit('shaky', {})
+    })
+    await waitFor(() => attempts.length === 2, { timeout: 8000, what: 'the second attempt' })
+    expect(attempts).toEqual([1, 2])
+  })
 })
