@@ -145,38 +145,35 @@ async function floor(cds) {
     })
     return IDs
   }
+  const deleteRow = ID => cds.db.run(prepare(`DELETE FROM ${table} WHERE ID = ?`), [ID])
   // One row per transaction, 10 transactions at a time: what a queue with a transaction per message must at least do.
-  let IDs = await fill()
+  const IDs = await fill()
   let start = now()
   const worker = async () => {
-    for (let ID = IDs.pop(); ID; ID = IDs.pop()) await cds.tx(() => cds.db.run(prepare(`DELETE FROM ${table} WHERE ID = ?`), [ID]))
+    for (let ID = IDs.pop(); ID; ID = IDs.pop()) await cds.tx(() => deleteRow(ID))
   }
   await Promise.all(Array.from({ length: 10 }, worker))
   const perTransaction = messages / ((now() - start) / 1000)
+  /** Rows per second deleting fresh rows `size` per transaction, each with `deleteOne`. */
+  const perChunk = async (size, deleteOne) => {
+    const IDs = await fill()
+    const start = now()
+    for (let i = 0; i < messages; i += size) {
+      const chunk = IDs.slice(i, i + size)
+      await cds.tx(async () => {
+        for (const ID of chunk) await deleteOne(ID)
+      })
+    }
+    return messages / ((now() - start) / 1000)
+  }
   // 100 rows per transaction: the same deletes, batched.
-  IDs = await fill()
-  start = now()
-  for (let i = 0; i < messages; i += 100) {
-    const chunk = IDs.slice(i, i + 100)
-    await cds.tx(async () => {
-      for (const ID of chunk) await cds.db.run(prepare(`DELETE FROM ${table} WHERE ID = ?`), [ID])
-    })
-  }
-  const batched = messages / ((now() - start) / 1000)
+  const batched = await perChunk(100, deleteRow)
   // 50 rows per transaction, each DELETE inside its own savepoint: the floor of a batched dispatch that isolates handlers.
-  IDs = await fill()
-  start = now()
-  for (let i = 0; i < messages; i += 50) {
-    const chunk = IDs.slice(i, i + 50)
-    await cds.tx(async () => {
-      for (const ID of chunk) {
-        await cds.db.run('SAVEPOINT message')
-        await cds.db.run(prepare(`DELETE FROM ${table} WHERE ID = ?`), [ID])
-        await cds.db.run('RELEASE SAVEPOINT message')
-      }
-    })
-  }
-  const savepoints = messages / ((now() - start) / 1000)
+  const savepoints = await perChunk(50, async ID => {
+    await cds.db.run('SAVEPOINT message')
+    await deleteRow(ID)
+    await cds.db.run('RELEASE SAVEPOINT message')
+  })
   // The enqueue side's floor: one raw INSERT per transaction.
   start = now()
   const inserts = messages

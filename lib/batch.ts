@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import type { DecodedMessage } from './codec'
 import { contextFor, eventFor, failure, prepare, runtimeInfo, succeeded, type Service } from './dispatch'
 import { optionsFor } from './config'
+import { groupBy } from './group-by'
 import type { Claim, DatabaseTransaction, Store } from './store'
 import type { MessageRow, Outcome } from './interfaces'
 
@@ -77,17 +78,14 @@ const TRANSACTION_TIME = 100
  */
 export async function attemptBatch(entries: BatchEntry[], store: Store): Promise<AttemptResult[]> {
   const results: AttemptResult[] = new Array(entries.length)
-  const groups = new Map<string, Ready[]>()
+  const ready: Ready[] = []
   entries.forEach((entry, index) => {
     const prepared = prepare(entry.row)
     if (prepared.outcome && entry.start()) return void (results[index] = prepared)
     if (prepared.outcome) return void (results[index] = { outcome: failure(entry.signal.reason, entry.row, optionsFor(entry.row.target)) })
-    const key = sessionKey(prepared.message)
-    const group = groups.get(key) ?? []
-    group.push({ ...entry, message: prepared.message, index })
-    groups.set(key, group)
+    ready.push({ ...entry, message: prepared.message, index })
   })
-  for (const group of groups.values()) {
+  for (const group of groupBy(ready, entry => sessionKey(entry.message)).values()) {
     for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), store, results)
   }
   return results

@@ -100,17 +100,17 @@ async function runAfterCommit(context: Context, message: NewMessage, appid: stri
   const reservation = runner.reserve(message.target)
   if (!reservation) return false
   const { claimedBy, claimedAt, leaseUntil } = reservation
+  try {
+    await runner.store.insertClaimed(message, appid, { ID: message.ID, claimedBy, claimedAt }, leaseUntil)
+  } catch (e) {
+    runner.unreserve()
+    throw e
+  }
   let settled = false
   const settle = (then: () => void) => () => {
     if (settled) return
     settled = true
     then()
-  }
-  try {
-    await runner.store.insertClaimed(message, appid, { ID: message.ID, claimedBy, claimedAt }, leaseUntil)
-  } catch (e) {
-    settle(() => runner.unreserve())()
-    throw e
   }
   const { ID, target, msg } = message
   const row = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid, claimedAt }

@@ -5,6 +5,7 @@ import { DEFAULT_QUEUE, optionsFor, resolveRunnerOptions } from './config'
 import { attemptBatch, type AttemptResult, type BatchEntry } from './batch'
 import { attempt, logOutcome } from './dispatch'
 import { AttemptAborted, Lease, Renewals } from './lease'
+import { groupBy } from './group-by'
 import { Notifier } from './notifier'
 import { recordOutcome } from './outcomes'
 import { inOwnTransaction, Store } from './store'
@@ -205,7 +206,7 @@ export class Runner {
       this.claimFailures = 0
       if (rows.length === 0) return
       const over: MessageRow[] = []
-      for (const [target, queued] of byTarget(rows)) {
+      for (const [target, queued] of groupBy(rows, row => row.target)) {
         const free = Math.min(this.limitOf(target) - (this.slotsPerQueue.get(target) ?? 0), concurrency - this.slots)
         const start = queued.slice(0, Math.max(0, free) * batchSize)
         over.push(...queued.slice(start.length))
@@ -310,13 +311,15 @@ export class Runner {
     const renewals = new Renewals(timeout, this.store)
     const entries = rows.map(row => {
       const claim = { ID: row.ID, claimedBy, claimedAt: row.claimedAt }
-      return { row, claim, timeout, lease: new Lease(claim, handlerTimeout, renewals), started: false }
+      return { row, claim, lease: new Lease(claim, handlerTimeout, renewals), started: false }
     })
     const done = (async () => {
       // Claimed while shutdown began: hand them back unstarted.
-      if (this.stopping) return void (await inOwnTransaction(async () => { for (const { claim } of entries) await this.store.release(claim, new Date()) }))
-      const adjusted = reserved ? [] : entries.filter(e => e.timeout !== this.leaseFor())
-      if (adjusted.length) await inOwnTransaction(async () => { for (const e of adjusted) await this.store.renew(e.claim, e.row.claimedAt + e.timeout) })
+      if (this.stopping) return void (await this.handBackUnstarted(rows, claimedBy))
+      if (!reserved && timeout !== this.leaseFor()) {
+        const claims = entries.map(e => e.claim)
+        await inOwnTransaction(() => this.store.renewAll(claims, rows[0].claimedAt + timeout))
+      }
       for (const { lease } of entries) {
         this.leases.add(lease)
         lease.start()
@@ -405,16 +408,6 @@ export class Runner {
     clearTimeout(this.timer)
     this.timer = setTimeout(() => this.wake(), delay).unref()
   }
-}
-
-function byTarget(rows: MessageRow[]): Map<string, MessageRow[]> {
-  const groups = new Map<string, MessageRow[]>()
-  for (const row of rows) {
-    const group = groups.get(row.target)
-    if (group) group.push(row)
-    else groups.set(row.target, [row])
-  }
-  return groups
 }
 
 /**

@@ -1,5 +1,5 @@
 import cds from '@sap/cds'
-import { dialectFor, type Dialect } from './dialect'
+import { dialectFor, type Dialect, type Result } from './dialect'
 import type { MessageRow, NewMessage } from '../interfaces'
 
 /**
@@ -21,23 +21,36 @@ function columns(dialect: Dialect): string {
  * the runner at start, not by `cds deploy`: CAP keeps the queue model out of `$sources` (no db/init.js beside it
  * runs) and executes generated DDL in no guaranteed order; starting covers every way a database gets deployed.
  */
-const INDEXES = [
-  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due ON ${TABLE} (appid, dueAt)`,
+const INDEXES: [name: string, definition: string][] = [
+  ['cds_outbox_Messages_due', '(appid, dueAt)'],
   // PostgreSQL does not take `appid IS NULL` as an equality for the order of the index above: without this one,
   // every claim of an app without appid sorts the whole backlog (5 ms per claim at 10,000 rows instead of 0.1 ms).
-  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_due_noapp ON ${TABLE} (dueAt) WHERE appid IS NULL`,
+  ['cds_outbox_Messages_due_noapp', '(dueAt) WHERE appid IS NULL'],
   // The claim reads its rows back by (claimedBy, claimedAt). Partial: only rows under a claim are in it.
-  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_claim ON ${TABLE} (claimedBy, claimedAt) WHERE claimedBy IS NOT NULL`,
+  ['cds_outbox_Messages_claim', '(claimedBy, claimedAt) WHERE claimedBy IS NOT NULL'],
   // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
-  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key ON ${TABLE} (orderingKey, timestamp) WHERE orderingKey IS NOT NULL`,
-  `CREATE INDEX IF NOT EXISTS cds_outbox_Messages_key_claimed ON ${TABLE} (orderingKey)
-     WHERE orderingKey IS NOT NULL AND status = 'processing'`
+  ['cds_outbox_Messages_key', '(orderingKey, timestamp) WHERE orderingKey IS NOT NULL'],
+  ['cds_outbox_Messages_key_claimed', "(orderingKey) WHERE orderingKey IS NOT NULL AND status = 'processing'"]
 ]
 
 /** A piece of SQL with its parameters. */
 interface Fragment {
   sql: string
   params: unknown[]
+}
+
+/**
+ * Rows `IDs` while the claim of `claimedBy` at `claimedAt` (ISO) still holds them. The rows of one claim share owner
+ * and time, so this guards one row's outcome as well as a whole slot's.
+ */
+function heldBy(claimedBy: string, claimedAt: string, IDs: string[]): Fragment {
+  return { sql: `claimedBy = ? AND claimedAt = ? AND ID IN (${IDs.map(() => '?').join(', ')})`, params: [claimedBy, claimedAt, ...IDs] }
+}
+
+/** `heldBy` for claims of one claim statement (a slot's): same owner and time. */
+function heldByAll(claims: Claim[]): Fragment {
+  const { claimedBy, claimedAt } = claims[0]
+  return heldBy(claimedBy, iso(claimedAt), claims.map(c => c.ID))
 }
 
 /** Which rows this app owns: CAP's `appid` lets several apps share one table. */
@@ -81,8 +94,12 @@ function iso(date: Date | number): string {
   return new Date(date).toISOString()
 }
 
-const INSERT = `INSERT INTO ${TABLE} (ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey)
-  VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)`
+const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey'
+const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?'
+const INSERT = `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (${INSERT_VALUES})`
+/** A new row already claimed (see `Store.insertClaimed`). */
+const INSERT_CLAIMED = `INSERT INTO ${TABLE} (${INSERT_COLUMNS}, status, claimedBy, claimedAt)
+  VALUES (${INSERT_VALUES}, 'processing', ?, ?)`
 
 function insertParams(message: NewMessage, appid: string | null): unknown[] {
   const { ID, timestamp, target, msg, task, dueAt, orderingKey } = message
@@ -186,17 +203,22 @@ export class Store {
 
   /** The rows a statement reads. */
   private async rows<T>(sql: string, params: unknown[]): Promise<T[]> {
-    const connection = await currentConnection()
-    if (connection) return (await this.dialect.execute(connection, this.dialect.prepare(sql), params, true)).rows as T[]
-    return (await cdsRun(this.dialect.prepare(sql), params)) as T[]
+    return (await this.execute(sql, params, true)).rows as T[]
   }
 
   /** The number of rows a statement changed. */
   private async changes(sql: string, params: unknown[]): Promise<number> {
+    return (await this.execute(sql, params, false)).changes
+  }
+
+  /** Runs a statement in the current transaction, on its own connection (see `currentConnection`), else through CAP. */
+  private async execute(sql: string, params: unknown[], reads: boolean): Promise<Result> {
+    const prepared = this.dialect.prepare(sql)
     const connection = await currentConnection()
-    if (connection) return (await this.dialect.execute(connection, this.dialect.prepare(sql), params, false)).changes
-    const result = (await cdsRun(this.dialect.prepare(sql), params)) as { changes?: number } | number
-    return typeof result === 'number' ? result : (result?.changes ?? 0)
+    if (connection) return this.dialect.execute(connection, prepared, params, reads)
+    const result = (await cdsRun(prepared, params)) as Result['rows'] | { changes?: number } | number
+    if (reads) return { rows: result as Result['rows'], changes: 0 }
+    return { rows: [], changes: typeof result === 'number' ? result : ((result as { changes?: number })?.changes ?? 0) }
   }
 
   async insert(message: NewMessage, appid: string | null): Promise<void> {
@@ -209,11 +231,7 @@ export class Store {
    * the commit. No other process needs to hear of it; if this one dies first, the lease expires and any takes it.
    */
   async insertClaimed(message: NewMessage, appid: string | null, claim: Claim, leaseUntil: number): Promise<void> {
-    await this.changes(
-      `INSERT INTO ${TABLE} (ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey, status, claimedBy, claimedAt)
-       VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, 'processing', ?, ?)`,
-      [...insertParams({ ...message, dueAt: new Date(leaseUntil) }, appid), claim.claimedBy, iso(claim.claimedAt)]
-    )
+    await this.changes(INSERT_CLAIMED, [...insertParams({ ...message, dueAt: new Date(leaseUntil) }, appid), claim.claimedBy, iso(claim.claimedAt)])
   }
 
   /**
@@ -299,19 +317,15 @@ export class Store {
     )) as { ID: string }[]
     const handBack = new Set([...keyed.filter(r => !r.keyLocked).map(r => r.ID), ...taken.map(r => r.ID)])
     if (handBack.size === 0) return handBack
-    const IDs = [...handBack]
-    await this.changes(
-      `UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ?
-       WHERE claimedBy = ? AND claimedAt = ? AND ID IN (${IDs.map(() => '?').join(', ')})`,
-      [claimedAt, owner, claimedAt, ...IDs]
-    )
+    const held = heldBy(owner, claimedAt, [...handBack])
+    await this.changes(`UPDATE ${TABLE} SET status = NULL, claimedBy = NULL, claimedAt = NULL, dueAt = ? WHERE ${held.sql}`, [claimedAt, ...held.params])
     return handBack
   }
 
   /** Runs an UPDATE or DELETE of one row only while `claim` still holds it; false if it no longer does. */
   private async whileClaimed(statement: string, params: unknown[], claim: Claim): Promise<boolean> {
-    const guard = ' WHERE ID = ? AND claimedBy = ? AND claimedAt = ?'
-    return (await this.changes(statement + guard, [...params, claim.ID, claim.claimedBy, iso(claim.claimedAt)])) === 1
+    const held = heldByAll([claim])
+    return (await this.changes(`${statement} WHERE ${held.sql}`, [...params, ...held.params])) === 1
   }
 
   /** Deletes a processed row, in the handler's transaction; false if the claim was lost meanwhile. */
@@ -401,44 +415,18 @@ export class Store {
   }
 
   /**
-   * Deletes the rows of processed messages in one statement, each only while its claim holds it; the number
-   * deleted. Claims of one claim statement share owner and time, so usually this is one statement.
+   * Deletes the rows of processed messages of one claim (a slot's) in one statement, each only while the claim holds
+   * it; the number deleted.
    */
   async completeAll(claims: Claim[]): Promise<number> {
-    const byClaim = new Map<string, Claim[]>()
-    for (const claim of claims) {
-      const key = `${claim.claimedBy}\u0000${claim.claimedAt}`
-      const group = byClaim.get(key)
-      if (group) group.push(claim)
-      else byClaim.set(key, [claim])
-    }
-    let deleted = 0
-    for (const group of byClaim.values()) {
-      const { claimedBy, claimedAt } = group[0]
-      deleted += await this.changes(
-        `DELETE FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ? AND ID IN (${group.map(() => '?').join(', ')})`,
-        [claimedBy, iso(claimedAt), ...group.map(c => c.ID)]
-      )
-    }
-    return deleted
+    const held = heldByAll(claims)
+    return this.changes(`DELETE FROM ${TABLE} WHERE ${held.sql}`, held.params)
   }
 
-  /** Moves the lease of a claim to `until`. */
-  async renew(claim: Claim, until: number): Promise<boolean> {
-    return this.whileClaimed(`UPDATE ${TABLE} SET dueAt = ?`, [iso(until)], claim)
-  }
-
-  /**
-   * Moves the leases of `claims` (all from one claim: same owner and time, as a slot's are) to `until`; the IDs of
-   * those still held.
-   */
+  /** Moves the leases of `claims` (of one claim, as a slot's are) to `until`; the IDs of those still held. */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const { claimedBy, claimedAt } = claims[0]
-    const rows = await this.rows<{ ID: string }>(
-      `UPDATE ${TABLE} SET dueAt = ? WHERE claimedBy = ? AND claimedAt = ? AND ID IN (${claims.map(() => '?').join(', ')})
-       RETURNING ID AS "ID"`,
-      [iso(until), claimedBy, iso(claimedAt), ...claims.map(c => c.ID)]
-    )
+    const held = heldByAll(claims)
+    const rows = await this.rows<{ ID: string }>(`UPDATE ${TABLE} SET dueAt = ? WHERE ${held.sql} RETURNING ID AS "ID"`, [iso(until), ...held.params])
     return new Set(rows.map(r => r.ID))
   }
 
@@ -463,14 +451,13 @@ export class Store {
    */
   async ensureIndexes(): Promise<void> {
     const existing = await this.indexNames()
-    for (const ddl of INDEXES) {
-      const name = /INDEX IF NOT EXISTS (\w+)/.exec(ddl)?.[1].toLowerCase() ?? ddl
-      if (existing.has(name)) continue
+    for (const [name, definition] of INDEXES) {
+      if (existing.has(name.toLowerCase())) continue
       try {
-        await this.changes(ddl, [])
+        await this.changes(`CREATE INDEX IF NOT EXISTS ${name} ON ${TABLE} ${definition}`, [])
       } catch (e) {
         // Instances starting at the same moment race to create it; PostgreSQL fails the later ones with a duplicate.
-        if (!(await this.indexNames()).has(name)) cds.log('queue').warn(`could not create index ${name}; claims work without it, but slower:`, e)
+        if (!(await this.indexNames()).has(name.toLowerCase())) cds.log('queue').warn(`could not create index ${name}; claims work without it, but slower:`, e)
       }
     }
   }
