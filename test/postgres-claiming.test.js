@@ -18,8 +18,10 @@ describe('postgres: claiming', () => {
   afterEach(() => DELETE.from(MESSAGES))
 
   test('a starting instance creates the index the claim query needs', async () => {
-    const { rows } = await query(`SELECT indexdef FROM pg_indexes
-      WHERE tablename = 'cds_outbox_messages' AND indexname = 'cds_outbox_messages_due'`)
+    // The runner starts on 'served' without holding up the app: its indexes may still be on their way.
+    const indexed = async () => (await query(`SELECT indexdef FROM pg_indexes
+      WHERE tablename = 'cds_outbox_messages' AND indexname = 'cds_outbox_messages_due'`)).rows
+    const rows = await waitFor(async () => ((await indexed()).length ? indexed() : null), { what: 'the due-time index' })
     expect(rows).toEqual([{ indexdef: expect.stringContaining('(appid, dueat)') }])
   })
 
