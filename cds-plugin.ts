@@ -1,24 +1,29 @@
 import cds from '@sap/cds'
-import { installApi } from './lib/api'
-import { isPersistent, validateConfiguration } from './lib/config'
-import { survivePoolErrors } from './lib/pool-errors'
-import { runner } from './lib/runner'
+import { installApi } from './lib/api/install'
+import { beforeDisconnect } from './lib/cap/lifecycle'
+import { survivePoolErrors } from './lib/cap/pools'
+import { activate } from './lib/plugin'
+import { OPERATOR_ENTRY } from './lib/settings'
 
 const LOG = cds.log('queue')
 
-// Wiring only: what the plugin does lives in lib/.
-validateConfiguration()
-installApi()
+// Wiring only: what the plugin does lives in lib/. The settings are compiled here, once; a configuration error
+// stops the start.
+const plugin = activate(cds.env)
+installApi(plugin)
 
-// Without persistence there is no table, hence nothing for the dead-letter service to show.
-if (!isPersistent() && cds.env.requires) cds.env.requires['dead-letter-queue'] = false
+// Without persistence there is no table, hence nothing for the operator service to show.
+if (!plugin.settings.persistent && cds.env.requires) cds.env.requires[OPERATOR_ENTRY] = false
 
 cds.on('served', () => {
-  runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
+  plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
 })
-cds.on('shutdown', () => runner.stop())
+cds.on('shutdown', () => plugin.runner.stop())
 cds.on('connect', srv => {
   if (!(srv instanceof cds.DatabaseService)) return
   survivePoolErrors(srv)
-  runner.stopsBefore(srv)
+  // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
+  // their connections until they finish or are handed back.
+  beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
 })
+

@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
 import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
 
@@ -45,7 +46,7 @@ function storedContext(context: ContextLike): StoredContext {
   return stored
 }
 
-export function withoutSecrets(headers: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+function withoutSecrets(headers: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
   if (!headers || typeof headers !== 'object') return headers
   const kept = Object.entries(headers).filter(([name]) => !SECRET_HEADERS.has(name.toLowerCase()))
   return Object.fromEntries(kept)
@@ -76,9 +77,7 @@ export function encode(req: Dispatchable, context: ContextLike, serviceName: str
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
   if (msg.headers) msg.headers = withoutSecrets(msg.headers)
   if (req.query) {
-    const q = req.query as { flat?: () => unknown }
-    const flat = (typeof q.flat === 'function' ? q.flat() : q) as Record<string, unknown>
-    msg.query = { ...flat, _target: undefined, __target: undefined, target: undefined }
+    msg.query = storableQuery(req.query)
     delete msg.data // for queries, req.data is derived from req.query
   }
   return strictJSON(msg, req.event)
@@ -125,11 +124,6 @@ export function decode(json: string, target: string): DecodedMessage {
   if (request.query) request.query = (cds.ql as unknown as (cqn: object) => object)(request.query as object)
   // Rows of old CAP versions carry no `service`: their target was the service name.
   return { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend }
-}
-
-/** CAP's timestamp format: ISO with 100-ns digits, so messages written in the same millisecond keep their order. */
-export function timestamp100ns(offsetMs = 0): string {
-  return timestampAt(Date.now() + offsetMs)
 }
 
 /** The last timestamp issued for the present: messages enqueued one after another must get increasing timestamps. */

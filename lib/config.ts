@@ -1,13 +1,17 @@
-import cds from '@sap/cds'
 import { invalid } from './errors'
-import { parseDuration } from './durations'
+import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
-import type { BackoffOptions, DeadLetterOrdering, OrderingKeySource, QueueOptions, RunnerOptions } from './interfaces'
+import type { BackoffSettings, DeadLetterOrdering, OrderingKeySource, QueueSettings, RunnerSettings } from './interfaces'
+
+/**
+ * Queue and runner options, from their raw configuration values to validated settings. Every value is checked here,
+ * so a typo fails the start with an error naming the option, the value and what is allowed.
+ */
 
 /** The queue every service uses unless configured otherwise; CAP's name for it. */
 export const DEFAULT_QUEUE = 'queue'
 
-type Raw = Record<string, unknown>
+export type Raw = Record<string, unknown>
 
 const PERSISTENT_KINDS = ['persistent-queue', 'persistent-outbox']
 const KINDS = [...PERSISTENT_KINDS, 'in-memory-queue', 'in-memory-outbox']
@@ -16,7 +20,7 @@ const KINDS = [...PERSISTENT_KINDS, 'in-memory-queue', 'in-memory-outbox']
 const DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 /** CAP's backoff curve: (1.5^attempts - 1) s, capped at 1,480 s. */
-const CAP_BACKOFF: BackoffOptions = { base: 1000, factor: 1.5, max: 1_480_000, jitter: 0 }
+const CAP_BACKOFF: BackoffSettings = { base: 1000, factor: 1.5, max: 1_480_000, jitter: 0 }
 
 function integer(raw: Raw, key: string, where: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const value = raw[key] ?? fallback
@@ -71,7 +75,7 @@ function orderingOnDeadLetter(raw: Raw, where: string): DeadLetterOrdering {
   throw invalid(`${where}.orderingOnDeadLetter`, value, DEAD_LETTER_ORDERING.map(v => `'${v}'`).join(' or '))
 }
 
-function backoff(raw: Raw, where: string): BackoffOptions {
+function backoff(raw: Raw, where: string): BackoffSettings {
   const value = raw.backoff ?? {}
   if (typeof value !== 'object' || value === null) {
     throw invalid(`${where}.backoff`, value, 'an object with base, factor, max and jitter')
@@ -90,10 +94,17 @@ function backoff(raw: Raw, where: string): BackoffOptions {
   }
 }
 
-/** Validates the options of one queue; `where` names the configuration path in error messages. */
-export function resolveQueueOptions(raw: Raw, where: string): QueueOptions {
+/** `cds.requires.queue: false` (or an in-memory kind) keeps queued calls in memory until commit, as CAP does. */
+function isPersistent(raw: Raw): boolean {
+  return raw.kind === undefined || PERSISTENT_KINDS.includes(raw.kind as string)
+}
+
+/** Compiles and validates the options of queue `name`; `where` names the configuration path in error messages. */
+export function compileQueue(name: string, raw: Raw, where: string): QueueSettings {
   if (raw.kind !== undefined && !KINDS.includes(raw.kind as string)) throw invalid(`${where}.kind`, raw.kind, KINDS.join(', '))
   return {
+    name,
+    persistent: isPersistent(raw),
     maxAttempts: integer(raw, 'maxAttempts', where, 10, 1),
     timeout: duration(raw, 'timeout', where, '1h', 1),
     handlerTimeout: duration(raw, 'handlerTimeout', where, '1h', 1),
@@ -110,7 +121,7 @@ export function resolveQueueOptions(raw: Raw, where: string): QueueOptions {
   }
 }
 
-export function resolveRunnerOptions(raw: Raw = globalConfig()): RunnerOptions {
+export function compileRunner(raw: Raw): RunnerSettings {
   const where = 'cds.requires.queue'
   return {
     pollInterval: duration(raw, 'pollInterval', where, '5s', 1),
@@ -121,18 +132,6 @@ export function resolveRunnerOptions(raw: Raw = globalConfig()): RunnerOptions {
   }
 }
 
-/** `cds.requires.queue` as an object; `{}` when it is `true` or missing. */
-export function globalConfig(): Raw {
-  const conf = cds.env.requires?.queue
-  return conf && typeof conf === 'object' ? (conf as Raw) : {}
-}
-
-/** `cds.requires.queue: false` (or an in-memory kind) keeps queued calls in memory until commit, as CAP does. */
-export function isPersistent(raw: Raw = globalConfig()): boolean {
-  if (cds.env.requires?.queue === false) return false
-  return raw.kind === undefined || PERSISTENT_KINDS.includes(raw.kind as string)
-}
-
 /** A service's own queue setting: `outboxed`, or the legacy keys `outbox` and `queued`. */
 export function queueSetting(conf: Raw | undefined): unknown {
   if (!conf) return undefined
@@ -141,65 +140,3 @@ export function queueSetting(conf: Raw | undefined): unknown {
   return values.find(v => v !== undefined)
 }
 
-export interface QueueBinding {
-  target: string
-  options: QueueOptions
-  persistent: boolean
-}
-
-/** Which queue a service's messages go to, and with which options, following CAP's rules. */
-export function bindingFor(serviceName: string, conf: Raw | undefined, programmatic?: Raw): QueueBinding {
-  const setting = queueSetting(conf)
-  const where = `cds.requires.${serviceName}.outboxed`
-  if (typeof setting === 'string') {
-    const named = cds.env.requires?.[setting]
-    const own = named && typeof named === 'object' ? (named as Raw) : {}
-    return bind(setting, { ...globalConfig(), ...own, ...programmatic }, `cds.requires.${setting}`)
-  }
-  // Options of its own (configured or passed to cds.queued) give the service a queue of its own, as `outboxed: {…}`
-  // does in CAP, so they never leak into the default queue other services share.
-  const own = setting && typeof setting === 'object' && !Array.isArray(setting) ? (setting as Raw) : undefined
-  if (own || (programmatic && Object.keys(programmatic).length)) {
-    return bind(serviceName, { ...globalConfig(), ...own, ...programmatic }, own ? where : 'cds.queued() options')
-  }
-  if (setting !== undefined && typeof setting !== 'boolean') {
-    throw invalid(where, setting, 'true, false, a queue name, or an object of queue options')
-  }
-  return bind(DEFAULT_QUEUE, globalConfig(), 'cds.requires.queue')
-}
-
-function bind(target: string, raw: Raw, where: string): QueueBinding {
-  return { target, options: resolveQueueOptions(raw, where), persistent: isPersistent(raw) }
-}
-
-/** Options by queue name, as registered by `cds.queued`; queues nobody registered yet are derived from config. */
-const registered = new Map<string, QueueOptions>()
-
-export function registerQueue(binding: QueueBinding): void {
-  registered.set(binding.target, binding.options)
-}
-
-export function optionsFor(target: string): QueueOptions {
-  const known = registered.get(target)
-  if (known) return known
-  const conf = cds.env.requires?.[target]
-  const raw = conf && typeof conf === 'object' ? (conf as Raw) : undefined
-  const own = queueSetting(raw)
-  const options = own && typeof own === 'object'
-    ? bindingFor(target, raw).options
-    : resolveQueueOptions({ ...globalConfig(), ...(target === DEFAULT_QUEUE ? {} : raw) }, `cds.requires.${target}`)
-  registered.set(target, options)
-  return options
-}
-
-/** Checks every queue-related setting at startup, so a typo fails the start instead of a message at 3 a.m. */
-export function validateConfiguration(): void {
-  resolveQueueOptions(globalConfig(), 'cds.requires.queue')
-  resolveRunnerOptions()
-  const requires = (cds.env.requires ?? {}) as Record<string, unknown>
-  for (const [name, conf] of Object.entries(requires)) {
-    if (!conf || typeof conf !== 'object' || name === 'queue') continue
-    if (queueSetting(conf as Raw) === undefined) continue
-    bindingFor(name, conf as Raw)
-  }
-}

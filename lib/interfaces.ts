@@ -1,15 +1,22 @@
-/** Domain types shared across the runtime. */
+/**
+ * Domain types shared across the runtime. The public input types (what users write in `cds.requires.queue` or pass
+ * to `cds.queued`) are in index.d.ts; the types here are what configuration compiles them into.
+ */
 
 /** How long the next attempt waits: `min(max, base * (factor^attempts - 1))`, spread by up to `jitter` (0..1). */
-export interface BackoffOptions {
+export interface BackoffSettings {
   base: number
   factor: number
   max: number
   jitter: number
 }
 
-/** The resolved, validated options of one queue. All durations are milliseconds. */
-export interface QueueOptions {
+/** The compiled, validated settings of one queue. All durations are milliseconds. */
+export interface QueueSettings {
+  /** The queue's name: the `target` of its rows (`queue` for the default queue). */
+  name: string
+  /** Rows are written to the table; false: queued calls wait in memory for the commit and run once (CAP's in-memory queue). */
+  persistent: boolean
   /** Attempts after which a message becomes a dead letter. */
   maxAttempts: number
   /** Lease of a claim: a message claimed longer ago than this is considered abandoned and is claimed again. */
@@ -18,7 +25,7 @@ export interface QueueOptions {
   handlerTimeout: number
   /** Largest `msg` (UTF-8 bytes) an enqueue may write; larger payloads fail at the call. */
   maxMessageSize: number
-  backoff: BackoffOptions
+  backoff: BackoffSettings
   /** Keep the last error of a failed attempt in `lastError`. */
   storeLastError: boolean
   /** `lastError` is cut to this many characters. */
@@ -44,8 +51,8 @@ export type OrderingKeySource = (req: { event?: string; data?: unknown; headers?
  */
 export type DeadLetterOrdering = 'continue' | 'block'
 
-/** Options of the runner as a whole (from `cds.requires.queue`). */
-export interface RunnerOptions {
+/** Settings of the runner as a whole (from `cds.requires.queue`). */
+export interface RunnerSettings {
   /** How often the table is checked for due messages written by other processes (ms). */
   pollInterval: number
   /** How long `cds.shutdown` waits for running handlers (ms). */
@@ -71,6 +78,13 @@ export interface MessageRow {
   lastError: string | null
   task: string | null
   appid: string | null
+  claimedAt: number
+}
+
+/** The claim a process holds on a row; outcomes are only written while it still holds it. */
+export interface Claim {
+  ID: string
+  claimedBy: string
   claimedAt: number
 }
 
@@ -123,7 +137,7 @@ export interface StoredMessage {
   [key: string]: unknown
 }
 
-/** What a dispatch attempt came to. */
+/** What an attempt came to. */
 export type Outcome =
   | { kind: 'succeeded' }
   | { kind: 'retry'; error: unknown; attempts: number; delay: number }

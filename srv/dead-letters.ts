@@ -1,40 +1,15 @@
 import cds from '@sap/cds'
-import { parseDuration } from '../lib/durations'
-import { invalid } from '../lib/errors'
-import { runner } from '../lib/runner'
-import * as queries from './dead-letters-queries'
-import type { DeadLetterFilter } from './dead-letters-queries'
-
-/** The `cds.requires` entry that serves this service; `false` switches it off. */
-export const CONFIG_ENTRY = 'dead-letter-queue'
-const DEFAULT_ROLES = ['internal-user']
+import { requireRoles } from '../lib/cap/services'
+import { eventQueues } from '../lib/plugin'
+import { parseDuration } from '../lib/time/durations'
+import { OperatorQueries, type DeadLetterFilter } from './dead-letters-queries'
 
 type Request = cds.Request & { params: unknown[] }
-
-/** `cds.requires.dead-letter-queue.roles`: who may use the service (one role or a list, default `internal-user`). */
-export function configuredRoles(): string[] {
-  const conf = cds.env.requires?.[CONFIG_ENTRY] as { roles?: unknown } | undefined
-  const roles = conf?.roles ?? DEFAULT_ROLES
-  const list = typeof roles === 'string' ? [roles] : roles
-  if (Array.isArray(list) && list.length > 0 && list.every(r => typeof r === 'string' && r.length > 0)) return list
-  throw invalid(`cds.requires.${CONFIG_ENTRY}.roles`, roles, "a role name or a non-empty list of role names, e.g. 'internal-user'")
-}
 
 /** The message ID a bound action was called on: CAP passes single keys as a value or as `{ ID }`. */
 function boundID(req: Request): string {
   const key = req.params[req.params.length - 1]
   return typeof key === 'object' && key !== null ? String((key as { ID: unknown }).ID) : String(key)
-}
-
-/** Finds the dead letter a bound action targets, or rejects: 404 if there is no such message, 409 if it is not dead. */
-async function deadLetter(req: Request): Promise<string | undefined> {
-  const ID = boundID(req)
-  const state = await queries.messageState(ID)
-  if (!state) return void req.reject(404, `There is no queued message with ID ${ID}.`)
-  if (!state.dead) {
-    return void req.reject(409, `Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.`)
-  }
-  return ID
 }
 
 /** The filters of the bulk actions; an invalid `olderThan` is the caller's mistake (400). */
@@ -54,16 +29,26 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
   return filter
 }
 
-/** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
-function wakeAfterCommit(req: Request): void {
-  req.on('succeeded', () => runner.wake())
-}
-
 /** Operations on the event queue: dead letters (CAP's recipe, plus bulk actions), pending messages, statistics. */
 export default class OutboxDeadLetterQueueService extends cds.ApplicationService {
   override async init(): Promise<void> {
-    // Applied before the protocol adapters read it, so HTTP answers 401/403 exactly as for a modelled @requires.
-    ;((this as unknown as { definition: Record<string, unknown> }).definition)['@requires'] = configuredRoles()
+    const { settings, runner } = eventQueues()
+    const queries = new OperatorQueries(settings.queues, settings.appid)
+    requireRoles(this, settings.operatorRoles)
+
+    /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
+    const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake())
+
+    /** Finds the dead letter a bound action targets, or rejects: 404 if there is no such message, 409 if it is not dead. */
+    const deadLetter = async (req: Request): Promise<string | undefined> => {
+      const ID = boundID(req)
+      const state = await queries.messageState(ID)
+      if (!state) return void req.reject(404, `There is no queued message with ID ${ID}.`)
+      if (!state.dead) {
+        return void req.reject(409, `Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.`)
+      }
+      return ID
+    }
 
     this.before('READ', 'DeadOutboxMessages', async (req: Request) => {
       const query = req.query as unknown as { where(condition: object): unknown }

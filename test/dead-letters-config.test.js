@@ -1,5 +1,4 @@
 const { startApp } = require('./support/app')
-const cds = require('@sap/cds')
 
 const USERS = {
   ops: { password: 'ops', roles: ['internal-user'] },
@@ -21,16 +20,11 @@ describe('dead letter service configuration', () => {
   })
 
   test('roles that are not role names fail with an error naming the option', () => {
-    const { configuredRoles } = require('../srv/dead-letters')
-    const conf = cds.env.requires['dead-letter-queue']
-    const roles = conf.roles
-    try {
-      for (const bad of [42, [], [''], { role: 'x' }]) {
-        conf.roles = bad
-        expect(() => configuredRoles()).toThrow(/Invalid cds\.requires\.dead-letter-queue\.roles: .*Expected a role name/)
-      }
-    } finally {
-      conf.roles = roles
+    const { compileSettings } = require('../lib/settings')
+    for (const bad of [42, [], [''], { role: 'x' }]) {
+      expect(() => compileSettings({ requires: { 'dead-letter-queue': { roles: bad } } })).toThrow(
+        /Invalid cds\.requires\.dead-letter-queue\.roles: .*Expected a role name/
+      )
     }
   })
 })

@@ -33,6 +33,16 @@ describe('cds.flush()', () => {
     expect(left.every(r => r.attempts === 1)).toBe(true)
   })
 
+  test('right after a commit, it waits for the messages this process claimed at enqueue and runs after commit', async () => {
+    const done = []
+    srv.on('claimedAtEnqueue', req => done.push(req.data.n))
+    await cds.tx(async () => {
+      for (let n = 0; n < 3; n++) await cds.queued(srv).emit('claimedAtEnqueue', { n })
+    })
+    await cds.flush()
+    expect(done.sort()).toEqual([0, 1, 2])
+  })
+
   test('keeps the process alive until it resolves', async () => {
     const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'flush-child.js')], {
       cwd: APP,

@@ -159,8 +159,9 @@ describe('ordering and concurrency', () => {
     // Revived (as the dead-letter service does), the head of o1 runs first, then its followers.
     healthy = true
     const [o1, o2] = (await deadLetters()).sort((x, y) => (x.orderingKey < y.orderingKey ? -1 : 1))
-    const { revive } = require('../srv/dead-letters-queries')
-    await cds.tx(() => revive([o1.ID]))
+    const { OperatorQueries } = require('../srv/dead-letters-queries')
+    const { settings } = require('../lib/plugin').eventQueues()
+    await cds.tx(() => new OperatorQueries(settings.queues, settings.appid).revive([o1.ID]))
     await waitFor(async () => { await cds.flush(); return seen.length === 3 }, { what: 'key o1' })
     expect(seen).toEqual(['o1:0', 'o1:1', 'o1:2'])
 
@@ -226,14 +227,14 @@ describe('ordering and concurrency', () => {
   })
 
   test('invalid ordering and concurrency options are refused with the option, the value and what is allowed', () => {
-    const { resolveQueueOptions } = require('../lib/config')
-    expect(() => resolveQueueOptions({ orderingKey: 'order ID' }, 'cds.requires.Orders.outboxed')).toThrow(
+    const { compileQueue } = require('../lib/config')
+    expect(() => compileQueue('q', { orderingKey: 'order ID' }, 'cds.requires.Orders.outboxed')).toThrow(
       'Invalid cds.requires.Orders.outboxed.orderingKey: "order ID". Expected a path into the event\'s data like \'ID\' or \'order.ID\', or a function req => key.'
     )
-    expect(() => resolveQueueOptions({ orderingOnDeadLetter: 'skip' }, 'cds.requires.queue')).toThrow(
+    expect(() => compileQueue('q', { orderingOnDeadLetter: 'skip' }, 'cds.requires.queue')).toThrow(
       "Invalid cds.requires.queue.orderingOnDeadLetter: \"skip\". Expected 'continue' or 'block'."
     )
-    expect(() => resolveQueueOptions({ concurrency: 0 }, 'cds.requires.slowQueue')).toThrow(
+    expect(() => compileQueue('q', { concurrency: 0 }, 'cds.requires.slowQueue')).toThrow(
       'Invalid cds.requires.slowQueue.concurrency: 0. Expected an integer from 1 to 1000.'
     )
   })

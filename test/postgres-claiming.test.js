@@ -113,7 +113,7 @@ describe('postgres: claiming', () => {
   })
 
   test('instances starting at the same moment create the claim indexes once between them, and none of them fails', async () => {
-    const { runner } = require('../lib/runner')
+    const { runner } = require('../lib/plugin').eventQueues()
     const indexes = async () => (await query(`SELECT indexname FROM pg_indexes WHERE tablename = 'cds_outbox_messages' AND indexname <> 'cds_outbox_messages_pkey' ORDER BY 1`)).rows.map(r => r.indexname)
     const created = await indexes()
     expect(created).toHaveLength(5)

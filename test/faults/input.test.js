@@ -78,12 +78,12 @@ describe('faults: bad input', () => {
   })
 
   test('invalid queue options fail with an error naming the option, the value and what is allowed', () => {
-    const { resolveQueueOptions } = require('../../lib/config')
+    const { compileQueue } = require('../../lib/config')
     const where = 'cds.requires.queue'
-    expect(() => resolveQueueOptions({ maxMessageSize: '10MB' }, where)).toThrow(/Invalid cds\.requires\.queue\.maxMessageSize: "10MB"\. Expected an integer >= 1024/)
-    expect(() => resolveQueueOptions({ handlerTimeout: '1.5 fortnights' }, where)).toThrow(/cds\.requires\.queue\.handlerTimeout/)
-    expect(() => resolveQueueOptions({ timeout: 0 }, where)).toThrow(/cds\.requires\.queue\.timeout/)
-    expect(() => resolveQueueOptions({ maxAttempts: -1 }, where)).toThrow(/cds\.requires\.queue\.maxAttempts: -1/)
+    expect(() => compileQueue('q', { maxMessageSize: '10MB' }, where)).toThrow(/Invalid cds\.requires\.queue\.maxMessageSize: "10MB"\. Expected an integer >= 1024/)
+    expect(() => compileQueue('q', { handlerTimeout: '1.5 fortnights' }, where)).toThrow(/cds\.requires\.queue\.handlerTimeout/)
+    expect(() => compileQueue('q', { timeout: 0 }, where)).toThrow(/cds\.requires\.queue\.timeout/)
+    expect(() => compileQueue('q', { maxAttempts: -1 }, where)).toThrow(/cds\.requires\.queue\.maxAttempts: -1/)
   })
 
   test('invalid durations and cron expressions fail at the schedule call', () => {

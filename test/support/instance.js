@@ -58,6 +58,11 @@ cds.on('served', async () => {
     await insertRecord('ordered', req.data.key, note)
   })
 })
+// Rows of older CAP versions name the messaging service as their target: its subscriber records what it received.
+cds.on('served', async () => {
+  const messaging = await cds.connect.to('messaging')
+  messaging.on('legacyPing', req => insertRecord('messaging', String(req.data.n), process.env.INSTANCE))
+})
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))
 
 cds.exec('--port', '0')

@@ -8,9 +8,9 @@ const { dbConfig } = require('./postgres')
  */
 
 /** `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private server). */
-function environment(database, { name, queue = {}, deploy = false, env = {} }) {
+function environment(database, { name, queue = {}, requires = {}, deploy = false, env = {} }) {
   const db = typeof database === 'string' ? dbConfig(database) : database
-  const config = { requires: { db, queue } }
+  const config = { requires: { ...requires, db, queue } }
   return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 
@@ -61,4 +61,18 @@ async function startInstances(database, [first, ...others]) {
   return started.concat(await Promise.all(others.map(options => startInstance(database, options))))
 }
 
-module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess }
+/** Runs test/support/one-off.js with ONE_OFF=`action` (and `env`) against the database; resolves when it exited 0. */
+function runOneOff(database, action, { requires = {}, env = {} } = {}) {
+  const child = fork(path.join(__dirname, 'one-off.js'), [], {
+    env: { ...environment(database, { name: 'one-off', requires, env }), ONE_OFF: action },
+    silent: true
+  })
+  let output = ''
+  child.stdout.on('data', chunk => (output += chunk))
+  child.stderr.on('data', chunk => (output += chunk))
+  return new Promise((resolve, reject) =>
+    child.once('exit', code => (code === 0 ? resolve(output) : reject(new Error(`one-off ${action} exited with ${code}:\n${output}`))))
+  )
+}
+
+module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess, runOneOff }

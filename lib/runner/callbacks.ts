@@ -1,6 +1,7 @@
-import cds from '@sap/cds'
-import { encode, type DecodedMessage, type Dispatchable } from './codec'
-import { errorData } from './failures'
+import type cds from '@sap/cds'
+import { hasHandlerFor } from '../cap/handlers'
+import { encode, type DecodedMessage, type Dispatchable } from '../codec'
+import { errorData } from '../failures'
 
 /**
  * `<event>/#succeeded` and `<event>/#failed`: queued messages themselves, written in the transaction that records
@@ -14,17 +15,6 @@ export function isCallback(event: string | undefined): boolean {
   return !!event && (event.endsWith(SUCCEEDED) || event.endsWith(FAILED))
 }
 
-interface HandlerEntry {
-  on?: string
-  after?: string
-}
-
-/** Only handlers registered for exactly this event count; CAP's `*` handlers never match `/#` events. */
-function hasHandlers(srv: cds.Service, event: string): boolean {
-  const { on, after } = (srv as unknown as { handlers: { on: HandlerEntry[]; after: HandlerEntry[] } }).handlers
-  return on.some(h => h.on === event) || after.some(h => h.after === event)
-}
-
 /** The callback message to write for an outcome, or undefined if nobody listens or the message is a callback. */
 export function callbackFor(
   srv: cds.Service,
@@ -34,7 +24,7 @@ export function callbackFor(
   const { request } = message
   if (isCallback(request.event)) return undefined
   const event = request.event + ('succeeded' in outcome ? SUCCEEDED : FAILED)
-  if (!hasHandlers(srv, event)) return undefined
+  if (!hasHandlerFor(srv, event)) return undefined
   const results = 'succeeded' in outcome ? outcome.succeeded : errorData(outcome.failed)
   const { after: _a, every: _e, task: _t, ...queue } = request.queue ?? {}
   const callback: Dispatchable = { ...request, event, results, queue, _fromSend: message.fromSend }

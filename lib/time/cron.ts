@@ -1,5 +1,5 @@
 import { CronExpressionParser } from 'cron-parser'
-import { invalid } from './errors'
+import { invalid } from '../errors'
 
 /** Cron for recurring tasks, through cron-parser: validation at the `schedule` call and the next fire time. */
 

@@ -12,6 +12,9 @@ interface PoolFactory {
 }
 
 /**
+ * CAP internal: a database service creates pooled connections through `db.pools._factory.create`, and the pool's
+ * validation drops a connection whose `open` is false. Contract: test/cap-contract.test.js "pools".
+ *
  * @cap-js/postgres (2.x) attaches no 'error' listener to its pooled connections: when the database restarts, every
  * idle connection emits an uncaught error and `cds serve` shuts the whole app down. A queue must ride out a database
  * outage, so each new pooled connection gets a listener that logs the failure and marks the connection closed; the

@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { postgresConnectionConfig } from '../cap/database-options'
 
 const LOG = cds.log('queue')
 
@@ -16,34 +17,6 @@ interface ListeningClient {
   removeAllListeners(): void
 }
 type ClientClass = new (config: Record<string, unknown>) => ListeningClient
-
-/** `cds.requires.db.credentials` as CAP documents them for PostgreSQL (incl. the names bindings on BTP use). */
-interface PostgresCredentials {
-  host?: string
-  hostname?: string
-  port?: number | string
-  user?: string
-  username?: string
-  password?: string
-  database?: string
-  dbname?: string
-  ssl?: unknown
-  sslrootcert?: string
-}
-
-/** Connection settings for `pg`, from the database service's configuration: the same server, user and TLS as its pool. */
-function connectionConfig(options: { credentials?: PostgresCredentials; client?: Record<string, unknown> }): Record<string, unknown> {
-  const cr = options.credentials ?? {}
-  return {
-    host: cr.hostname ?? cr.host,
-    port: cr.port ?? process.env.PGPORT ?? 5432,
-    user: cr.username ?? cr.user,
-    password: cr.password,
-    database: cr.dbname ?? cr.database,
-    ssl: cr.ssl ?? (cr.sslrootcert ? { rejectUnauthorized: false, ca: cr.sslrootcert } : undefined),
-    ...options.client
-  }
-}
 
 /**
  * Wakes the runner when another process commits a new message: a dedicated database connection (outside the pool,
@@ -76,11 +49,10 @@ export class Notifier {
   }
 
   private async connect(): Promise<void> {
-    const db = cds.db as unknown as { options: Parameters<typeof connectionConfig>[0] }
     let client: ListeningClient | undefined
     try {
       const { Client } = require('pg') as { Client: ClientClass }
-      client = this.client = new Client(connectionConfig(db.options))
+      client = this.client = new Client(postgresConnectionConfig(cds.db))
       const current = client
       current.on('error', error => this.dropped(current, error))
       current.on('end', () => this.dropped(current))

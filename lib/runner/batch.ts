@@ -1,10 +1,12 @@
 import cds from '@sap/cds'
-import type { DecodedMessage } from './codec'
-import { contextFor, eventFor, failure, prepare, runtimeInfo, succeeded, type Service } from './dispatch'
-import { optionsFor } from './config'
-import { groupBy } from './group-by'
-import type { Claim, DatabaseTransaction, Store } from './store'
-import type { MessageRow, Outcome } from './interfaces'
+import { contextWithTransaction, runInContext } from '../cap/contexts'
+import type { DecodedMessage } from '../codec'
+import { groupBy } from '../group-by'
+import type { Claim, MessageRow, QueueSettings } from '../interfaces'
+import type { DatabaseTransaction, Store } from '../store'
+import { prepare, type AttemptResult } from './attempt'
+import { contextFor, eventFor, runtimeInfo, serviceOf, type Service } from './dispatch'
+import { failed, succeeded } from './outcomes'
 
 /**
  * Several claimed messages in one database transaction: a transaction per message caps throughput at the
@@ -27,11 +29,6 @@ export interface BatchEntry {
   start(): boolean
 }
 
-export interface AttemptResult {
-  outcome: Outcome
-  message?: DecodedMessage
-}
-
 interface Ready extends BatchEntry {
   message: DecodedMessage
   index: number
@@ -41,11 +38,6 @@ interface Ready extends BatchEntry {
 interface ServiceTx extends Service {
   commit(): Promise<unknown>
   rollback(error?: unknown): Promise<unknown>
-}
-
-/** CAP's event context, with the internal registry of a context's transactions per service. */
-interface EventContext {
-  _set(property: 'transactions', value: Map<unknown, unknown>): unknown
 }
 
 /** Some processed messages' rows were no longer claimed at the end of the batch: their work must not commit. */
@@ -72,30 +64,30 @@ function sessionKey(message: DecodedMessage): string {
 const TRANSACTION_TIME = 100
 
 /**
- * Runs the entries of one claim one after another, grouped by session, each group in as few transactions as
- * `TRANSACTION_TIME` allows; results in entry order. One after another: a batch is one of the runner's
- * `concurrency` slots.
+ * Runs the entries of one claim of one queue one after another, grouped by session, each group in as few
+ * transactions as `TRANSACTION_TIME` allows; results in entry order. One after another: a batch is one of the
+ * runner's `concurrency` slots.
  */
-export async function attemptBatch(entries: BatchEntry[], store: Store): Promise<AttemptResult[]> {
+export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, store: Store): Promise<AttemptResult[]> {
   const results: AttemptResult[] = new Array(entries.length)
   const ready: Ready[] = []
   entries.forEach((entry, index) => {
-    const prepared = prepare(entry.row)
+    const prepared = prepare(entry.row, queue)
     if (prepared.outcome && entry.start()) return void (results[index] = prepared)
-    if (prepared.outcome) return void (results[index] = { outcome: failure(entry.signal.reason, entry.row, optionsFor(entry.row.target)) })
+    if (prepared.outcome) return void (results[index] = { outcome: failed(entry.signal.reason, entry.row, queue) })
     ready.push({ ...entry, message: prepared.message, index })
   })
   for (const group of groupBy(ready, entry => sessionKey(entry.message)).values()) {
-    for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), store, results)
+    for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), queue, store, results)
   }
   return results
 }
 
 /** Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. */
-async function runInOneTransaction(group: Ready[], store: Store, results: AttemptResult[]): Promise<number> {
+async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: Store, results: AttemptResult[]): Promise<number> {
   const started = Date.now()
   let taken = 0
-  const failed = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failure(error, entry.row, optionsFor(entry.row.target)), message: entry.message })
+  const failedWith = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failed(error, entry.row, queue), message: entry.message })
   const handled: { entry: Ready; tx: ServiceTx }[] = []
   try {
     await cds.tx(contextFor(group[0].message), async () => {
@@ -110,14 +102,14 @@ async function runInOneTransaction(group: Ready[], store: Store, results: Attemp
         // Shutdown, a lost lease or a hand-back while its neighbours ran: it does not start (the runner hands it back
         // or drops it).
         if (!entry.start()) {
-          results[entry.index] = failed(entry, entry.signal.reason)
+          results[entry.index] = failedWith(entry, entry.signal.reason)
           continue
         }
         const part = store.savepointed(shared, `queue_message_${i}`)
         completes = undefined
-        const tx = await runOne(entry, part.tx, store, complete).catch(async (error: unknown) => {
+        const tx = await runOne(entry, part.tx, queue, store, complete).catch(async (error: unknown) => {
           await part.rollback()
-          results[entry.index] = failed(entry, error)
+          results[entry.index] = failedWith(entry, error)
         })
         if (!tx) continue
         await part.release()
@@ -134,9 +126,9 @@ async function runInOneTransaction(group: Ready[], store: Store, results: Attemp
     taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {
       await tx.rollback().catch(() => {})
-      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date() }, message: entry.message } : failed(entry, error)
+      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date() }, message: entry.message } : failedWith(entry, error)
     }
-    for (const entry of group.slice(0, taken)) results[entry.index] ??= failed(entry, error)
+    for (const entry of group.slice(0, taken)) results[entry.index] ??= failedWith(entry, error)
     return taken
   }
   // `req.on('succeeded')` of each message fires once its work is committed, i.e. after the transaction.
@@ -150,20 +142,17 @@ async function runInOneTransaction(group: Ready[], store: Store, results: Attemp
 
 /**
  * Dispatches one message in a service transaction of its own context (correlation id, headers, its own
- * `succeeded`/`failed` listeners), whose database transaction is its part of the shared one: CAP finds a context's
- * transactions per service in its `transactions` registry, so that part is entered there before the handlers run.
+ * `succeeded`/`failed` listeners), whose database transaction is its part of the shared one.
  */
-async function runOne(entry: Ready, db: DatabaseTransaction, store: Store, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
+async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSettings, store: Store, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
   const { row, claim, message, signal } = entry
-  const srv = cds.unqueued(await cds.connect.to(message.serviceName)) as unknown as Service & { tx(ctx: object): ServiceTx }
-  const Context = cds.EventContext as unknown as new (init: object) => EventContext
-  const ctx = new Context(contextFor(message))
-  ctx._set('transactions', new Map([[cds.db, db]]))
+  const srv = (await serviceOf(message)) as Service & { tx(ctx: object): ServiceTx }
+  const ctx = contextWithTransaction(contextFor(message), db)
   const tx = srv.tx(ctx)
   try {
-    await (cds as unknown as { _with(ctx: unknown, fn: () => Promise<void>): Promise<void> })._with(ctx, async () => {
+    await runInContext(ctx, async () => {
       const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal)))
-      await succeeded(row, claim, message, store, srv, result, complete)
+      await succeeded(row, claim, message, queue, store, srv as unknown as cds.Service, result, complete)
     })
   } catch (error) {
     await tx.rollback(error).catch(() => {})

@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
-import { QueueError } from './errors'
-import { inOwnTransaction, type Claim, type Store } from './store'
+import { QueueError } from '../errors'
+import type { Claim } from '../interfaces'
+import { inOwnTransaction, type Store } from '../store'
 
 const LOG = cds.log('queue')
 

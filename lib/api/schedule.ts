@@ -1,13 +1,13 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
-import { bindingFor, type QueueBinding } from './config'
-import { messageDueAt } from './codec'
-import { checkCron, looksLikeCron, CRON_FORMS } from './cron'
-import { DURATION_FORMS, parseDuration } from './durations'
-import { invalid, QueueError } from './errors'
-import { firstRun } from './recurrence'
-import { runner } from './runner'
-import type { NewMessage, QueueInfo } from './interfaces'
+import { requestFromSendArgs } from '../cap/requests'
+import { messageDueAt } from '../codec'
+import { invalid, QueueError } from '../errors'
+import type { NewMessage, QueueInfo, QueueSettings } from '../interfaces'
+import type { EventQueues } from '../plugin'
+import { checkCron, looksLikeCron, CRON_FORMS } from '../time/cron'
+import { DURATION_FORMS, parseDuration } from '../time/durations'
+import { firstRun } from '../time/recurrence'
 
 /**
  * Scheduled tasks: `srv.schedule(...)` and `srv.unschedule(name)`. A task is a singleton row keyed by service and
@@ -25,15 +25,11 @@ interface TaskRequest {
 
 type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
 
-function appid(): string | undefined {
-  return (cds.env.appid as string | undefined) || undefined
-}
-
 /**
  * The row ID of a task, as CAP 10 derives it: the SHA-256 of `service:task` (plus `:appid` when set) formatted as a
  * version-4 UUID. A task that CAP's built-in queue registered is therefore replaced, not duplicated.
  */
-export function taskId(serviceName: string, task: string, app = appid()): string {
+export function taskId(serviceName: string, task: string, app: string | undefined): string {
   const hash = createHash('sha256').update(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`).digest()
   hash[6] = 0x40 | (hash[6] & 0x0f) // version 4
   hash[8] = 0x80 | (hash[8] & 0x3f) // RFC 4122 variant
@@ -42,9 +38,9 @@ export function taskId(serviceName: string, task: string, app = appid()): string
 }
 
 /** The row that (re)schedules a task on its queue: its deterministic ID, due at its first run. */
-export function taskMessage(serviceName: string, binding: QueueBinding, msg: string, queue: QueueInfo & { task: string }): NewMessage {
-  const due = firstRun(queue, Date.now(), binding.options.timezone)
-  return messageDueAt(binding.target, msg, due, queue.task, taskId(serviceName, queue.task))
+export function taskMessage(serviceName: string, queue: QueueSettings, msg: string, info: QueueInfo & { task: string }, appid: string | undefined): NewMessage {
+  const due = firstRun(info, Date.now(), queue.timezone)
+  return messageDueAt(queue.name, msg, due, info.task, taskId(serviceName, info.task, appid))
 }
 
 /** CAP's `(value, unit)` form, e.g. `.after(5, 'minutes')`, as one duration text. */
@@ -66,14 +62,6 @@ function interval(value: unknown, what: string): number | string {
 function taskName(value: unknown, what: string): string {
   if (typeof value === 'string' && value.trim() && value.length <= MAX_TASK_NAME) return value
   throw invalid(what, value, `a non-empty task name of at most ${MAX_TASK_NAME} characters`)
-}
-
-/** The request `send` would build from these arguments: `schedule` accepts exactly the forms `send` does. */
-function requestFor(args: unknown[]): TaskRequest {
-  // CAP's `send` builds the request and hands it to `this.dispatch`; capturing it reuses CAP's argument handling
-  // on every cds version instead of re-implementing it.
-  const capture = { dispatch: (req: TaskRequest) => req }
-  return (cds.Service.prototype.send as unknown as (...a: unknown[]) => TaskRequest).apply(capture, args)
 }
 
 /**
@@ -138,21 +126,22 @@ export class ScheduleBuilder implements PromiseLike<void> {
 
 /** `srv.schedule(...)`, with CAP 9's `srv.schedule.task(...)` (every schedule is a task now). */
 export function scheduleFor(srv: cds.Service): ((...args: unknown[]) => ScheduleBuilder) & { task: (...args: unknown[]) => ScheduleBuilder } {
-  const schedule = (...args: unknown[]): ScheduleBuilder => new ScheduleBuilder(srv, requestFor(args))
+  // `schedule` accepts exactly the argument forms `send` does.
+  const schedule = (...args: unknown[]): ScheduleBuilder => new ScheduleBuilder(srv, requestFromSendArgs<TaskRequest>(args))
   return Object.assign(schedule, { task: schedule })
 }
 
 /** `srv.unschedule(name)`: removes the task in the current transaction; resolves to the number of tasks removed. */
-export async function unschedule(srv: cds.Service, name: unknown): Promise<number> {
+async function unschedule(plugin: EventQueues, srv: cds.Service, name: unknown): Promise<number> {
   const original = cds.unqueued(srv) as ServiceWithOptions
   const task = taskName(name, `task name of ${original.name}.unschedule()`)
   // Without persistence (`cds.requires.queue: false`) tasks only live until they ran once: nothing to remove.
-  if (!cds.db || !bindingFor(original.name, original.options).persistent) return 0
-  return runner.store.unschedule(taskId(original.name, task))
+  if (!cds.db || !plugin.settings.queues.bind(original.name, original.options).persistent) return 0
+  return plugin.runner.store.unschedule(taskId(original.name, task, plugin.settings.appid))
 }
 
 /** `srv.unschedule(name)`, with CAP 9's `srv.unschedule.task(name)`. */
-export function unscheduleFor(srv: cds.Service): ((name: string) => Promise<number>) & { task: (name: string) => Promise<number> } {
-  const remove = (name: string): Promise<number> => unschedule(srv, name)
+export function unscheduleFor(plugin: EventQueues, srv: cds.Service): ((name: string) => Promise<number>) & { task: (name: string) => Promise<number> } {
+  const remove = (name: string): Promise<number> => unschedule(plugin, srv, name)
   return Object.assign(remove, { task: remove })
 }

@@ -1,4 +1,4 @@
-import { invalid } from './errors'
+import { invalid } from '../errors'
 
 const UNIT_MS: Record<string, number> = {
   ms: 1, millisecond: 1, milliseconds: 1,

@@ -1,5 +1,5 @@
 import { nextFireTime } from './cron'
-import type { QueueInfo } from './interfaces'
+import type { QueueInfo } from '../interfaces'
 
 /**
  * When a scheduled task runs, from its `msg.queue` (`after` in ms; `every` in ms or a cron string, as CAP stores it).

@@ -1,12 +1,7 @@
 import cds from '@sap/cds'
+import type { EventQueues } from '../plugin'
 import { queued, unqueued } from './queued'
-import { runner } from './runner'
 import { scheduleFor, unscheduleFor } from './schedule'
-
-/** `cds.flush()`: processes every processable message until none is left. CAP's arguments are accepted and ignored. */
-export function flush(): Promise<void> {
-  return runner.flush()
-}
 
 function define(name: string, value: unknown): void {
   Object.defineProperty(cds, name, { value, configurable: true, writable: true })
@@ -28,13 +23,19 @@ function defineOnServices(name: string, make: (srv: cds.Service) => unknown): vo
   })
 }
 
-/** Takes over CAP's queue API for the whole process; CAP's own implementation is never loaded. */
-export function installApi(): void {
-  define('queued', queued)
-  define('outboxed', queued)
+/**
+ * Takes over CAP's queue API for the whole process; CAP's own implementation is never loaded. `cds.connect.to`
+ * queues services configured `outboxed` by calling `cds.queued`, so it gets this one too.
+ */
+export function installApi(plugin: EventQueues): void {
+  const queue = (srv: unknown, opts?: unknown) => queued(plugin, srv, opts)
+  // `cds.flush()`: CAP's arguments are accepted and ignored; every queue is processed until none is left.
+  const flush = () => plugin.runner.flush()
+  define('queued', queue)
+  define('outboxed', queue)
   define('unqueued', unqueued)
   define('unboxed', unqueued)
   define('flush', flush)
-  defineOnServices('schedule', scheduleFor)
-  defineOnServices('unschedule', unscheduleFor)
+  defineOnServices('schedule', srv => scheduleFor(srv))
+  defineOnServices('unschedule', srv => unscheduleFor(plugin, srv))
 }

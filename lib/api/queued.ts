@@ -1,0 +1,108 @@
+import cds from '@sap/cds'
+import { isDatabaseService } from '../cap/services'
+import { assertSize, decode, encode, newMessage, type Dispatchable } from '../codec'
+import { invalid, QueueError } from '../errors'
+import type { QueueSettings } from '../interfaces'
+import { orderingKeyOf } from '../ordering'
+import type { EventQueues } from '../plugin'
+import { dispatchNow } from '../runner/dispatch'
+import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
+import { taskMessage } from './schedule'
+
+const LOG = cds.log('queue')
+
+const $queued = Symbol.for('cds-event-queues.queued')
+const $unqueued = Symbol.for('cds-event-queues.unqueued')
+const $wakes = Symbol('wakes the runner on commit')
+const $inMemory = Symbol('queued in memory until commit')
+
+interface ServiceExtras {
+  [$queued]?: QueuedService
+  [$unqueued]?: Service
+  options?: Record<string, unknown>
+}
+type Service = cds.Service & ServiceExtras
+
+/** A queued proxy: the service's API, with every call persisted instead of run. */
+export type QueuedService = Service & { queued: object; outboxed: object; flush(): Promise<void> }
+
+interface Context extends TransactionContext {
+  [$wakes]?: boolean
+  [$inMemory]?: string[]
+  tenant?: string
+}
+
+/** `cds.queued(srv, opts?)`: the queued proxy of a service; the same proxy on every call. */
+export function queued(plugin: EventQueues, srv: unknown, opts?: unknown): QueuedService {
+  if (!(srv instanceof cds.Service)) throw invalid('argument of cds.queued(srv)', srv, 'a CAP service, e.g. await cds.connect.to(...)')
+  if (isDatabaseService(srv)) {
+    throw new QueueError(`cds.queued(srv): '${srv.name}' is a database service, which cannot be queued; queue the service that uses it.`, 'INVALID_QUEUE_INPUT')
+  }
+  if (opts !== undefined && (typeof opts !== 'object' || opts === null || Array.isArray(opts))) {
+    throw invalid('options of cds.queued(srv, options)', opts, 'an object of queue options')
+  }
+  const service = srv as Service
+  const original = service[$unqueued] ?? service
+  const existing = original[$queued]
+  if (existing) return existing
+  const queue = plugin.settings.queues.bind(original.name, original.options, opts as Record<string, unknown>)
+  const proxy = Object.create(original) as QueuedService
+  Object.defineProperty(proxy, $unqueued, { value: original })
+  Object.defineProperty(original, $queued, { value: proxy })
+  Object.defineProperties(proxy, {
+    queued: { value: queue },
+    outboxed: { value: queue },
+    handle: { value: (req: Dispatchable) => enqueue(plugin, original, queue, req) },
+    flush: { value: () => plugin.runner.flush() }
+  })
+  return proxy
+}
+
+/** `cds.unqueued(srv)`: the original service of a queued proxy; any other service as it is. */
+export function unqueued<T>(srv: T): T {
+  return ((srv as Service)?.[$unqueued] as T | undefined) ?? srv
+}
+
+async function enqueue(plugin: EventQueues, original: Service, queue: QueueSettings, req: Dispatchable): Promise<undefined> {
+  const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
+  const msg = encode(req, context, original.name)
+  assertSize(msg, queue.maxMessageSize, req.event)
+  if (!queue.persistent || !cds.db) return keepInMemory(context, msg, queue.name)
+  const { runner } = plugin
+  const task = req.queue?.task
+  if (task) {
+    await runner.store.upsertTask(taskMessage(original.name, queue, msg, { ...req.queue, task }, plugin.settings.appid))
+  } else {
+    const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
+    const orderingKey = orderingKeyOf(req, queue.orderingKey)
+    const message = { ...newMessage(queue.name, msg, after), orderingKey }
+    // Due now, in no key's order and for the runner's own tenant: this process may run it right after the commit.
+    if (!after && orderingKey === undefined && !context.tenant && (await claimAtEnqueue(runner, context, message, queue))) return undefined
+    await runner.store.insert(message)
+  }
+  if (!context[$wakes]) {
+    context[$wakes] = true
+    context.on('succeeded', () => runner.wake())
+  }
+  return undefined
+}
+
+/** Without persistence (`cds.requires.queue: false`), queued calls run once after commit, as in CAP. */
+function keepInMemory(context: Context, msg: string, target: string): undefined {
+  let pending = context[$inMemory]
+  if (!pending) {
+    pending = context[$inMemory] = []
+    const list = pending
+    context.on('succeeded', async () => {
+      for (const json of list.splice(0)) {
+        try {
+          await dispatchNow(decode(json, target))
+        } catch (e) {
+          LOG.error('queued call failed after commit (in-memory queue, not retried):', e)
+        }
+      }
+    })
+  }
+  pending.push(msg)
+  return undefined
+}

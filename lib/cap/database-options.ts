@@ -1,0 +1,36 @@
+import type cds from '@sap/cds'
+
+/**
+ * CAP internal: a database service keeps its configuration in `db.options` (`credentials` as `cds.requires.db` has
+ * them, incl. the names service bindings use on BTP, and `client` for driver options). The notifier opens a
+ * connection of its own outside the pool with the same server, user and TLS. Contract: test/cap-contract.test.js
+ * "database options".
+ */
+
+interface PostgresCredentials {
+  host?: string
+  hostname?: string
+  port?: number | string
+  user?: string
+  username?: string
+  password?: string
+  database?: string
+  dbname?: string
+  ssl?: unknown
+  sslrootcert?: string
+}
+
+/** Connection settings for `pg`, from the database service's configuration. */
+export function postgresConnectionConfig(db: cds.DatabaseService): Record<string, unknown> {
+  const options = (db as unknown as { options: { credentials?: PostgresCredentials; client?: Record<string, unknown> } }).options
+  const cr = options.credentials ?? {}
+  return {
+    host: cr.hostname ?? cr.host,
+    port: cr.port ?? process.env.PGPORT ?? 5432,
+    user: cr.username ?? cr.user,
+    password: cr.password,
+    database: cr.dbname ?? cr.database,
+    ssl: cr.ssl ?? (cr.sslrootcert ? { rejectUnauthorized: false, ca: cr.sslrootcert } : undefined),
+    ...options.client
+  }
+}

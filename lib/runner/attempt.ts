@@ -1,0 +1,50 @@
+import { decode, type DecodedMessage } from '../codec'
+import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
+import type { Store } from '../store'
+import { isDeadLetter } from '../store/rules'
+import { dispatchInTx, runtimeInfo } from './dispatch'
+import { failed, succeeded } from './outcomes'
+
+/** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
+
+export interface AttemptResult {
+  outcome: Outcome
+  message?: DecodedMessage
+}
+
+/** What an attempt needs before its handler runs: the decoded message, or the outcome that makes running it moot. */
+export type Prepared = { message: DecodedMessage; outcome?: undefined } | { outcome: Outcome; message?: DecodedMessage }
+
+/** Decodes a claimed row and settles the rows that must not run: corrupt, out of attempts, or not yet due. */
+export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
+  let message: DecodedMessage
+  try {
+    message = decode(row.msg, row.target)
+  } catch (e) {
+    return { outcome: { kind: 'dead', error: e, attempts: Math.max(row.attempts, queue.maxAttempts) } }
+  }
+  if (isDeadLetter(row.attempts, queue)) {
+    return { outcome: { kind: 'dead', error: row.lastError ?? 'maxAttempts reached', attempts: row.attempts }, message }
+  }
+  // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
+  if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
+  return { message }
+}
+
+/**
+ * Runs one claimed message through its service, in a transaction of that service with the stored event context.
+ * The row is deleted in that same transaction, so the handler's database writes and the completion commit or
+ * roll back together.
+ */
+export async function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: Store, signal: AbortSignal): Promise<AttemptResult> {
+  const prepared = prepare(row, queue)
+  if (prepared.outcome) return prepared
+  const message = prepared.message
+  try {
+    await dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
+      succeeded(row, claim, message, queue, store, srv, result))
+    return { outcome: { kind: 'succeeded' }, message }
+  } catch (error) {
+    return { outcome: failed(error, row, queue), message }
+  }
+}

@@ -1,0 +1,71 @@
+import cds from '@sap/cds'
+import type { DecodedMessage } from '../codec'
+import type { MessageRow } from '../interfaces'
+
+/**
+ * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
+ * the stored event context (the stored user as a privileged user, tenant, locale, correlation id, features).
+ */
+
+/**
+ * What the handler sees as `req.queue`, besides CAP's scheduling fields: the stable message ID, the attempt, and a
+ * signal that aborts on shutdown (after the grace period), on lease loss and after `handlerTimeout`.
+ */
+export interface QueueInfoAtRuntime {
+  messageId: string
+  attempt: number
+  signal: AbortSignal
+  [key: string]: unknown
+}
+
+export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRuntime {
+  return { messageId: row.ID, attempt: row.attempts + 1, signal }
+}
+
+export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
+  const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
+  return message.fromSend ? new cds.Request(init) : new cds.Event(init)
+}
+
+export function contextFor(message: DecodedMessage): Record<string, unknown> {
+  const { id, tenant, locale, features } = message.context
+  const Privileged = cds.User.Privileged as unknown as new (id: string) => cds.User
+  const context: Record<string, unknown> = { user: new Privileged(message.userId ?? 'anonymous') }
+  if (id) context.id = id
+  if (tenant) context.tenant = tenant
+  if (locale) context.locale = locale
+  if (features) context.features = features
+  return context
+}
+
+/** The parts of a service the dispatcher uses, typed as CAP behaves (cds-types is narrower). */
+export interface Service {
+  tx(ctx: object, fn: (tx: Service) => Promise<unknown>): Promise<unknown>
+  dispatch(event: cds.Event): Promise<unknown>
+}
+
+/** The service a message is for, never its queued proxy. */
+export async function serviceOf(message: DecodedMessage): Promise<Service> {
+  return cds.unqueued(await cds.connect.to(message.serviceName)) as unknown as Service
+}
+
+/**
+ * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
+ * and `inTx` runs in the same transaction after the handlers, with their result.
+ */
+export async function dispatchInTx(
+  message: DecodedMessage,
+  runtime: QueueInfoAtRuntime | undefined,
+  inTx: (srv: cds.Service, result: unknown) => Promise<void>
+): Promise<void> {
+  const srv = await serviceOf(message)
+  await srv.tx(contextFor(message), async tx => {
+    const result = await tx.dispatch(eventFor(message, runtime))
+    await inTx(srv as unknown as cds.Service, result)
+  })
+}
+
+/** Runs a message once, now, without a row (the in-memory queue). */
+export function dispatchNow(message: DecodedMessage): Promise<void> {
+  return dispatchInTx(message, undefined, async () => {})
+}

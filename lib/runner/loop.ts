@@ -1,0 +1,195 @@
+import cds from '@sap/cds'
+import { groupBy } from '../group-by'
+import type { MessageRow, QueueSettings } from '../interfaces'
+import type { QueueRegistry } from '../queues'
+import { inOwnTransaction, type Store } from '../store'
+import type { Monitor } from './monitor'
+import type { Slots } from './slots'
+
+const LOG = cds.log('queue')
+
+/** Upper bound for the pause after a failed claim (database outage): short enough to recover quickly. */
+const MAX_CLAIM_BACKOFF = 30_000
+
+/** What the loop needs of the runner it drives. */
+export interface LoopHost {
+  readonly store: Store
+  readonly owner: string
+  readonly monitor: Monitor
+  readonly slots: Slots
+  readonly queues: QueueRegistry
+  /** The lease every claim takes (the default queue's `timeout`). */
+  readonly claimLease: number
+  /** Started and not stopping: timers may be planned. */
+  readonly started: boolean
+  readonly stopping: boolean
+  /** Handlers are running. */
+  readonly busy: boolean
+  /** Runs claimed rows of one queue in a slot. */
+  run(queue: QueueSettings, rows: MessageRow[]): void
+  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
+}
+
+interface Limits {
+  pollInterval: number
+  chunkSize: number
+  batchSize: number
+}
+
+/**
+ * When the runner claims: right after a wake-up (a commit that enqueued, a finished slot, a notification from
+ * another process), by a timer for the next due row, and by polling. A pass claims while slots are free; calls
+ * while a pass runs fold into one more pass. Nothing here ends in an unhandled rejection: a failing pass is logged
+ * and the next one planned.
+ */
+export class Loop {
+  private pumping = false
+  private again = false
+  private timer: NodeJS.Timeout | undefined
+  private claimFailures = 0
+  private lastClaimAt = 0
+  private idleWaiters: (() => void)[] = []
+
+  constructor(
+    private readonly host: LoopHost,
+    private readonly limits: Limits
+  ) {}
+
+  /** Processes due messages soon; cheap to call often. */
+  wake(): void {
+    if (this.host.stopping) return
+    if (this.pumping) {
+      this.again = true
+      return
+    }
+    this.pumping = true
+    clearTimeout(this.timer)
+    setImmediate(() => {
+      // Run detached from whatever request woke us: claims must not inherit its user, tenant or transaction.
+      cds.context = undefined
+      void this.pump()
+    })
+  }
+
+  /** Resolves once nothing processable is left; keeps the process alive meanwhile. */
+  async flush(): Promise<void> {
+    const keepAlive = setInterval(() => {}, 60_000)
+    try {
+      const idle = new Promise<void>(resolve => this.idleWaiters.push(resolve))
+      this.wake()
+      await idle
+    } finally {
+      clearInterval(keepAlive)
+    }
+  }
+
+  /** No more passes: the timer is cleared and whoever waits in `flush()` is released. */
+  stop(): void {
+    clearTimeout(this.timer)
+    for (const resolve of this.idleWaiters.splice(0)) resolve()
+  }
+
+  private async pump(): Promise<void> {
+    let failed: unknown
+    try {
+      do {
+        this.again = false
+        await this.claimWhileFree()
+      } while (this.again && !this.host.stopping)
+    } catch (e) {
+      failed = e
+    } finally {
+      this.pumping = false
+    }
+    try {
+      if (failed) throw failed
+      if (!this.host.busy && !this.host.stopping) await this.idle()
+    } catch (e) {
+      LOG.error('a pass of the queue runner failed; the next one is planned:', e)
+      this.plan(this.limits.pollInterval)
+    }
+  }
+
+  private async claimWhileFree(): Promise<void> {
+    const { slots } = this.host
+    while (!this.host.stopping && slots.free > 0) {
+      const { limit, full } = slots.claimBounds(this.limits.chunkSize)
+      let rows: MessageRow[]
+      try {
+        rows = await this.claim(limit, full)
+      } catch (e) {
+        return this.claimFailed(e)
+      }
+      if (this.claimFailures) LOG.info(`database reachable again after ${this.claimFailures} failed claims`)
+      this.claimFailures = 0
+      if (rows.length === 0) return
+      this.host.monitor.emit('claimed', { count: rows.length })
+      await this.distribute(rows)
+    }
+  }
+
+  /**
+   * Starts the claimed rows in free slots, spread over them: a batch only when there are more messages than slots.
+   * Rows that do not fit go back unstarted (a queue whose limit a claim overshot: its first rows in this process,
+   * nothing bounded the claim yet), and so does everything not started if starting fails.
+   */
+  private async distribute(rows: MessageRow[]): Promise<void> {
+    const { slots, queues } = this.host
+    const started = new Set<MessageRow>()
+    try {
+      for (const [target, claimed] of groupBy(rows, row => row.target)) {
+        const queue = queues.forTarget(target)
+        const free = slots.freeFor(queue)
+        const start = claimed.slice(0, free * this.limits.batchSize)
+        const size = Math.ceil(start.length / Math.min(free, start.length))
+        for (let i = 0; i < start.length; i += size) {
+          const batch = start.slice(i, i + size)
+          this.host.run(queue, batch)
+          for (const row of batch) started.add(row)
+        }
+      }
+    } finally {
+      const over = rows.filter(row => !started.has(row))
+      if (over.length) await this.host.handBack(over, this.host.owner)
+    }
+  }
+
+  private claim(limit: number, skipTargets: string[]): Promise<MessageRow[]> {
+    // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
+    const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
+    const { store, owner, claimLease } = this.host
+    return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
+  }
+
+  private claimFailed(error: unknown): void {
+    this.claimFailures++
+    const delay = Math.min(MAX_CLAIM_BACKOFF, 100 * 2 ** this.claimFailures)
+    const log = this.claimFailures === 1 ? LOG.error : LOG.warn
+    log(`claiming messages failed (${this.claimFailures}x), retrying in ${delay} ms:`, error)
+    this.plan(delay)
+  }
+
+  /** Nothing to claim and nothing running: tell flush() and plan the next pass. */
+  private async idle(): Promise<void> {
+    if (this.claimFailures) return
+    for (const resolve of this.idleWaiters.splice(0)) resolve()
+    if (!this.host.started) return void this.host.monitor.emit('idle', { next: undefined })
+    let next: number | undefined
+    try {
+      next = await inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt))
+    } catch (e) {
+      LOG.warn('could not read the next due time; polling instead:', e)
+    }
+    const poll = this.limits.pollInterval
+    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - Date.now()))
+    this.plan(delay)
+    this.host.monitor.emit('idle', { next: delay })
+  }
+
+  /** Timers are capped at the poll interval: no 32-bit overflow for far-future messages, and they never hold the process. */
+  private plan(delay: number): void {
+    if (this.host.stopping || this.pumping) return
+    clearTimeout(this.timer)
+    this.timer = setTimeout(() => this.wake(), delay).unref()
+  }
+}

@@ -1,0 +1,135 @@
+import cds from '@sap/cds'
+import { newMessage, timestampAt, CorruptMessage, type DecodedMessage } from '../codec'
+import { isProgrammingError, isUnrecoverable, storedError } from '../failures'
+import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
+import { isDeadLetter } from '../store/rules'
+import { inOwnTransaction, type Store } from '../store'
+import { backoffDelay } from '../time/backoff'
+import { nextRun } from '../time/recurrence'
+import { callbackFor } from './callbacks'
+import type { AttemptAborted } from './lease'
+
+/**
+ * What an attempt came to, in one place: deciding it from the error, writing it (a success in the handler's own
+ * transaction, every other outcome after it), its callback, and its log line.
+ */
+
+const LOG = cds.log('queue')
+
+/** The claim was taken over (lease expired) or the row deleted while the handler ran: its work is rolled back. */
+export class ClaimLost extends Error {
+  constructor(ID: string) {
+    super(`Message ${ID} was claimed by another process or deleted while it ran; its work was rolled back`)
+    this.name = 'ClaimLost'
+  }
+}
+
+/** What a failed attempt comes to: a retry after the queue's backoff, or a dead letter. */
+export function failed(error: unknown, row: MessageRow, queue: QueueSettings): Outcome {
+  if (error instanceof ClaimLost) return { kind: 'lost' }
+  const attempts = row.attempts + 1
+  if (isProgrammingError(error) || isUnrecoverable(error) || error instanceof CorruptMessage) {
+    return { kind: 'dead', error, attempts: Math.max(attempts, queue.maxAttempts) }
+  }
+  if (isDeadLetter(attempts, queue)) return { kind: 'dead', error, attempts }
+  return { kind: 'retry', error, attempts, delay: backoffDelay(attempts, queue.backoff) }
+}
+
+/**
+ * A message aborted by shutdown, or handed back before it started, was interrupted, not at fault: it goes back
+ * without counting an attempt (guarded by the claim, so a hand-back already done or a new owner is left alone).
+ */
+export function interrupted(outcome: Outcome, signal: AbortSignal): Outcome {
+  const code = signal.aborted ? (signal.reason as AttemptAborted | undefined)?.code : undefined
+  const notAtFault = code === 'SHUTDOWN' || code === 'HANDED_BACK'
+  return notAtFault && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date() } : outcome
+}
+
+/** Deletes a processed message's row in the handler's transaction; false if the claim was lost meanwhile. */
+export type Completion = (claim: Claim) => Promise<boolean>
+
+/**
+ * Records a handled message in the handler's transaction: its row deleted (`complete`; a batch deletes all of its
+ * rows at once) or, for a recurring task, moved to the next occurrence, and its `#succeeded` callback written. A task
+ * re-scheduled or unscheduled while it ran keeps that new state: the handler's work commits and the task does not
+ * recur from here, so exactly one chain continues.
+ */
+export async function succeeded(
+  row: MessageRow,
+  claim: Claim,
+  message: DecodedMessage,
+  queue: QueueSettings,
+  store: Store,
+  srv: cds.Service,
+  result: unknown,
+  complete: Completion = c => store.complete(c)
+): Promise<void> {
+  const schedule = message.request.queue
+  const next = nextRun(schedule, Date.now(), queue.timezone)
+  const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await complete(claim)
+  if (!done) {
+    const scheduled = !!row.task || schedule?.every !== undefined
+    if (!scheduled || (await store.holdsOccurrence(row.ID, row.timestamp))) throw new ClaimLost(row.ID)
+    LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
+  }
+  const callback = callbackFor(srv, message, { succeeded: result })
+  if (callback) await store.insert(newMessage(row.target, callback))
+}
+
+/**
+ * Writes what an attempt came to, for outcomes the handler's own transaction could not record (it rolled back):
+ * a retry, a dead letter with its `#failed` callback, or a row handed back unprocessed. Each in one short transaction.
+ */
+export async function recordOutcome(
+  row: MessageRow,
+  claim: Claim,
+  outcome: Outcome,
+  message: DecodedMessage | undefined,
+  queue: QueueSettings,
+  store: Store
+): Promise<void> {
+  if (outcome.kind === 'succeeded' || outcome.kind === 'lost') return
+  const now = Date.now()
+  await inOwnTransaction(async () => {
+    if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt))
+    const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength) : null
+    // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
+    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now))
+    const leaveKey = queue.orderingOnDeadLetter === 'continue'
+    const recorded = await store.fail(claim, outcome.attempts, lastError, null, now, leaveKey)
+    if (recorded && message) await writeFailedCallback(row, message, outcome.error, store)
+  })
+}
+
+async function writeFailedCallback(row: MessageRow, message: DecodedMessage, error: unknown, store: Store): Promise<void> {
+  let srv: cds.Service
+  try {
+    srv = cds.unqueued(await cds.connect.to(message.serviceName))
+  } catch {
+    return // no such service: nobody can listen for its callbacks
+  }
+  const callback = callbackFor(srv, message, { failed: error })
+  if (callback) await store.insert(newMessage(row.target, callback))
+}
+
+export function logOutcome(row: MessageRow, outcome: Outcome): void {
+  const what = `${row.target}: message ${row.ID}`
+  switch (outcome.kind) {
+    case 'succeeded':
+      LOG._debug && LOG.debug(`${what} processed`)
+      break
+    case 'retry':
+      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms:`, outcome.error)
+      break
+    case 'dead':
+      if (isProgrammingError(outcome.error)) LOG.error(`${what}: programming error in the handler, moved to dead letters:`, outcome.error)
+      else LOG.error(`${what} is a dead letter after ${outcome.attempts} attempts:`, outcome.error)
+      break
+    case 'lost':
+      LOG.warn(`${what}: claim lost while it ran; another process owns it now`)
+      break
+    case 'deferred':
+      LOG._debug && LOG.debug(`${what} deferred to ${outcome.dueAt.toISOString()}`)
+      break
+  }
+}

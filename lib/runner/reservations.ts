@@ -1,0 +1,74 @@
+import cds from '@sap/cds'
+import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
+import type { Store } from '../store'
+import type { Slots } from './slots'
+
+/**
+ * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs
+ * right after its transaction commits, with no claim round trip in between. Both halves of the protocol are here:
+ * the enqueue (reserve a slot, write the claimed row, watch the transaction) and the run after commit.
+ */
+
+/** What claiming at enqueue needs of the runner. */
+export interface ReservationHost {
+  readonly store: Store
+  readonly owner: string
+  readonly slots: Slots
+  /** Started and not stopping: a reserved message can run after commit. */
+  readonly running: boolean
+  run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
+  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
+  wake(): void
+}
+
+/** The enqueuing transaction's event context: its outcome decides whether the reserved slot runs or is freed. */
+export interface TransactionContext {
+  on(event: 'succeeded' | 'failed', listener: () => unknown): void
+}
+
+/**
+ * Writes `message` claimed for a slot this process reserves, and runs it once the transaction commits. False,
+ * writing nothing, when the runner has no slot free or is not running: the caller then writes it unclaimed.
+ * Reserved claims have an owner of their own, so a claim's read-back by (owner, time) never finds them.
+ */
+export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
+  if (!host.running || !host.slots.reserve(queue)) return false
+  const claimedBy = `${host.owner}:enqueued`
+  const claimedAt = Date.now()
+  try {
+    await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + queue.timeout)
+  } catch (e) {
+    host.slots.unreserve()
+    throw e
+  }
+  let settled = false
+  const settle = (then: () => void) => () => {
+    if (settled) return
+    settled = true
+    then()
+  }
+  const { ID, target, msg } = message
+  const row: MessageRow = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid: null, claimedAt }
+  // 'failed' also follows 'succeeded' when a later 'succeeded' listener fails: the first of the two counts.
+  context.on('succeeded', settle(() => {
+    host.slots.commitReservation()
+    runAfterCommit(host, row, claimedBy, queue)
+  }))
+  context.on('failed', settle(() => host.slots.unreserve()))
+  return true
+}
+
+/**
+ * Runs a message written with a reserved slot, now that its transaction committed. One whose transaction stayed
+ * open for a third of its lease goes back to the queue instead: renewals would start too late to keep the lease.
+ */
+function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: string, queue: QueueSettings): void {
+  // Detached from the committing request, like a claim pass: its handlers get the message's context only.
+  setImmediate(() => {
+    cds.context = undefined
+    host.slots.endReservation()
+    const stale = Date.now() - row.claimedAt > queue.timeout / 3
+    if (!host.running || stale) void host.handBack([row], claimedBy).then(() => host.wake())
+    else host.run(queue, [row], claimedBy, true)
+  })
+}

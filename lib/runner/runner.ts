@@ -1,0 +1,162 @@
+import cds from '@sap/cds'
+import { randomBytes } from 'crypto'
+import { hostname } from 'os'
+import type { MessageRow, QueueSettings } from '../interfaces'
+import type { QueueRegistry } from '../queues'
+import type { Settings } from '../settings'
+import { inOwnTransaction, Store } from '../store'
+import { AttemptAborted, type Lease } from './lease'
+import { Loop } from './loop'
+import { Monitor } from './monitor'
+import { Notifier } from './notifier'
+import { runSlot } from './slot'
+import { Slots } from './slots'
+
+const LOG = cds.log('queue')
+
+/**
+ * The background runner's lifecycle: it starts when the app is served (sweeping what earlier processes left), claims
+ * and runs due messages in its slots (loop.ts, slot.ts), and stops gracefully on shutdown. Claims are short
+ * transactions of their own; no lock is held while handlers run.
+ */
+export class Runner {
+  /** Who claims: recorded in `claimedBy`, so an operator sees which process holds a message. */
+  readonly owner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`
+  readonly monitor = new Monitor()
+  readonly slots: Slots
+  readonly leases = new Set<Lease>()
+  readonly queues: QueueRegistry
+  private readonly loop: Loop
+  private readonly inFlight = new Set<Promise<void>>()
+  private storeInstance: Store | undefined
+  private notifier: Notifier | undefined
+  private stopped: Promise<void> | undefined
+  started = false
+  stopping = false
+
+  constructor(private readonly settings: Settings) {
+    const { concurrency, batchSize } = settings.runner
+    this.queues = settings.queues
+    this.slots = new Slots(concurrency, batchSize)
+    this.loop = new Loop(this, settings.runner)
+  }
+
+  /** The store needs the database kind, known only once `cds.db` is connected. */
+  get store(): Store {
+    if (!cds.db) throw new Error('cds-event-queues: no database connected (cds.db) for the persistent queue')
+    return (this.storeInstance ??= new Store(cds.db.kind, this.settings.appid))
+  }
+
+  /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before they run. */
+  get claimLease(): number {
+    return this.queues.defaultQueue.timeout
+  }
+
+  /** Handlers run, or committed messages claimed at enqueue are about to. */
+  get busy(): boolean {
+    return this.inFlight.size > 0 || this.slots.awaitingStart
+  }
+
+  get running(): boolean {
+    return this.started && !this.stopping
+  }
+
+  /** Starts periodic processing and sweeps what earlier processes left. */
+  async start(): Promise<void> {
+    if (this.started || !cds.db) return
+    this.started = true
+    this.stopping = false
+    this.stopped = undefined
+    try {
+      await this.store.ensureIndexes()
+    } catch (e) {
+      // A database unreachable at start must not leave the runner dead: claims back off until it is back.
+      LOG.warn('could not check the indexes of the queue table; claims work without them, but slower:', e)
+    }
+    const listen = this.store.listenStatement
+    if (listen) {
+      this.notifier = new Notifier(listen, () => this.wake())
+      this.notifier.start()
+    }
+    LOG._debug && LOG.debug(`runner ${this.owner} started`)
+    this.wake()
+  }
+
+  /**
+   * Graceful shutdown: stops claiming, lets running handlers finish within `shutdownGrace`, then aborts their signals
+   * and hands their messages back, so another instance takes them over at once instead of after the lease.
+   * Idempotent: every caller waits for the same shutdown.
+   */
+  stop(): Promise<void> {
+    return (this.stopped ??= this.shutdown())
+  }
+
+  /** Stops when CAP disconnects the database, before the connections running handlers need are gone. */
+  get stopsWithDatabase(): boolean {
+    return this.started || !!this.stopped
+  }
+
+  private async shutdown(): Promise<void> {
+    this.stopping = true
+    this.started = false
+    this.loop.stop()
+    const notifier = this.notifier
+    this.notifier = undefined
+    await notifier?.stop()
+    const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
+    await Promise.race([Promise.allSettled([...this.inFlight]), grace])
+    if (this.leases.size) await this.handBackRunning()
+    this.storeInstance = undefined
+    this.loop.stop()
+  }
+
+  /**
+   * Aborts the handlers still running after the grace period and hands their messages back. Each release is guarded
+   * by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
+   */
+  private async handBackRunning(): Promise<void> {
+    const leases = [...this.leases]
+    LOG.warn(`${leases.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing their messages back`)
+    for (const lease of leases) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
+    try {
+      const released = await inOwnTransaction(() => this.store.release(leases.map(l => l.claim), new Date()))
+      LOG.info(`handed back ${released} messages; ${leases.length - released} had completed meanwhile`)
+    } catch (e) {
+      LOG.error(`could not hand back ${leases.length} messages at shutdown; they are taken over when their leases expire:`, e)
+    }
+  }
+
+  /** Processes due messages soon; cheap to call often (calls while a pass runs fold into one more pass). */
+  wake(): void {
+    this.loop.wake()
+  }
+
+  /** Resolves once nothing processable is left; keeps the process alive meanwhile. */
+  flush(): Promise<void> {
+    return this.loop.flush()
+  }
+
+  /** Runs claimed rows of one queue in a slot (`claimedBy` other than the owner: a reserved message, see reservations.ts). */
+  run(queue: QueueSettings, rows: MessageRow[], claimedBy = this.owner, reserved = false): void {
+    this.slots.take(queue)
+    const done = runSlot(this, queue, rows, claimedBy, reserved).finally(() => {
+      this.inFlight.delete(done)
+      // Also after a reserved message: a pass that found it running skipped planning the next due time, and its
+      // handler may have queued a callback.
+      if (this.slots.give(queue)) this.wake()
+    })
+    this.inFlight.add(done)
+  }
+
+  /**
+   * Rows that will not run here after all go back unstarted, due again at their claim time: those of a queue whose
+   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now.
+   */
+  async handBack(rows: MessageRow[], claimedBy: string): Promise<void> {
+    try {
+      await inOwnTransaction(() => this.store.release(rows.map(row => ({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }))))
+    } catch (e) {
+      LOG.warn(`could not hand back ${rows.length} unstarted messages; they run when their leases expire:`, e)
+    }
+  }
+}

@@ -1,0 +1,110 @@
+import cds from '@sap/cds'
+import type { MessageRow, QueueSettings } from '../interfaces'
+import { inOwnTransaction, type Store } from '../store'
+import { claimOf } from '../store/rules'
+import { attempt, type AttemptResult } from './attempt'
+import { attemptBatch, type BatchEntry } from './batch'
+import { AttemptAborted, Lease, Renewals } from './lease'
+import type { Monitor } from './monitor'
+import { interrupted, logOutcome, recordOutcome } from './outcomes'
+
+const LOG = cds.log('queue')
+
+/**
+ * A batch's messages that have not started after this long go back to the queue (see `handBackRest`): a batch of
+ * fast handlers is done long before; behind a slow one, they would wait.
+ */
+const SLOT_TIME = 1000
+
+/** What a slot needs of the runner it runs in. */
+export interface SlotHost {
+  readonly store: Store
+  readonly monitor: Monitor
+  /** The lease every claim takes (the default queue's `timeout`). */
+  readonly claimLease: number
+  /** The leases of running handlers: renewed while they run, handed back if they still run at shutdown. */
+  readonly leases: Set<Lease>
+  readonly stopping: boolean
+  /** Hands rows back unstarted, due again at their claim time. */
+  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
+  wake(): void
+}
+
+interface Entry {
+  row: MessageRow
+  lease: Lease
+  started: boolean
+}
+
+/**
+ * Runs claimed rows of one queue in one slot: one alone in its transaction, several as a batch. `reserved`: the rows
+ * were written claimed at enqueue, with their queue's lease already (see reservations.ts).
+ */
+export async function runSlot(host: SlotHost, queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): Promise<void> {
+  const renewals = new Renewals(queue.timeout, host.store)
+  const entries: Entry[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals), started: false }))
+  let handBack: NodeJS.Timeout | undefined
+  try {
+    // Claimed while shutdown began: hand them back unstarted.
+    if (host.stopping) return await host.handBack(rows, claimedBy)
+    if (!reserved && queue.timeout !== host.claimLease) {
+      const claims = entries.map(e => e.lease.claim)
+      await inOwnTransaction(() => host.store.renewAll(claims, rows[0].claimedAt + queue.timeout))
+    }
+    for (const { lease } of entries) {
+      host.leases.add(lease)
+      lease.start()
+    }
+    if (entries.length > 1) handBack = setTimeout(() => handBackRest(host, entries, claimedBy), SLOT_TIME)
+    const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
+    if (!results) {
+      LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
+      return
+    }
+    for (const [i, { row, lease }] of entries.entries()) await settle(host, queue, row, lease, results[i])
+  } catch (e) {
+    LOG.error(`could not run messages ${rows.map(r => r.ID).join(', ')}; their leases will expire:`, e)
+  } finally {
+    clearTimeout(handBack)
+    for (const { lease } of entries) {
+      lease.stop()
+      host.leases.delete(lease)
+    }
+  }
+}
+
+function attemptAll(store: Store, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
+  if (entries.length === 1) {
+    const { row, lease } = entries[0]
+    return attempt(row, lease.claim, queue, store, lease.signal).then(result => [result])
+  }
+  const batch: BatchEntry[] = entries.map(entry => {
+    const { row, lease } = entry
+    const start = () => !lease.signal.aborted && (entry.started = true)
+    return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
+  })
+  return attemptBatch(batch, queue, store)
+}
+
+/** Logs and writes what one message's attempt came to. */
+async function settle(host: SlotHost, queue: QueueSettings, row: MessageRow, lease: Lease, result: AttemptResult): Promise<void> {
+  const outcome = interrupted(result.outcome, lease.signal)
+  logOutcome(row, outcome)
+  try {
+    await recordOutcome(row, lease.claim, outcome, result.message, queue, host.store)
+    host.monitor.emit('outcome', { ID: row.ID, target: row.target, kind: outcome.kind })
+  } catch (e) {
+    LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e)
+  }
+}
+
+/**
+ * Hands back the messages of a batch that have not started after `SLOT_TIME`, so a slow or stuck handler holds up
+ * its own message only: they are due again at once, for any free slot of any process.
+ */
+function handBackRest(host: SlotHost, entries: Entry[], claimedBy: string): void {
+  const rest = entries.filter(({ started, lease }) => !started && !lease.signal.aborted)
+  if (rest.length === 0) return
+  for (const { row, lease } of rest) lease.abort(new AttemptAborted(`Message ${row.ID} was handed back: its slot is busy with a slow handler`, 'HANDED_BACK'))
+  void host.handBack(rest.map(({ row }) => row), claimedBy).then(() => host.wake())
+}

@@ -1,0 +1,70 @@
+import { compileQueue, compileRunner, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
+import { invalid } from './errors'
+import { QueueRegistry } from './queues'
+import type { RunnerSettings } from './interfaces'
+
+/**
+ * The settings the runtime runs on: `cds.env` compiled once, when the plugin is loaded, and passed down from there.
+ * Nothing after this reads `cds.env` again.
+ */
+
+/** The `cds.requires` entry that serves the operator service; `false` switches it off. */
+export const OPERATOR_ENTRY = 'dead-letter-queue'
+const DEFAULT_OPERATOR_ROLES = ['internal-user']
+
+/** Everything the runtime needs from `cds.env`, compiled once. */
+export interface Settings {
+  runner: RunnerSettings
+  queues: QueueRegistry
+  /** CAP's `cds.env.appid`, which lets several apps share one table; none and `''` are the same: undefined. */
+  appid: string | undefined
+  /** False with `cds.requires.queue: false` or an in-memory kind: queued calls run after commit, nothing is stored. */
+  persistent: boolean
+  /** Roles the operator service requires (`cds.requires.dead-letter-queue.roles`). */
+  operatorRoles: string[]
+}
+
+/** The parts of `cds.env` the settings are compiled from. */
+export interface Environment {
+  requires?: Raw
+  appid?: unknown
+}
+
+
+function operatorRoles(requires: Raw): string[] {
+  const conf = requires[OPERATOR_ENTRY] as { roles?: unknown } | undefined
+  const roles = (conf && typeof conf === 'object' ? conf.roles : undefined) ?? DEFAULT_OPERATOR_ROLES
+  const list = typeof roles === 'string' ? [roles] : roles
+  if (Array.isArray(list) && list.length > 0 && list.every(r => typeof r === 'string' && r.length > 0)) return list
+  throw invalid(`cds.requires.${OPERATOR_ENTRY}.roles`, roles, "a role name or a non-empty list of role names, e.g. 'internal-user'")
+}
+
+/** `cds.requires.queue` as an object; `{}` when it is `true`, `false` or missing. */
+function queueConfig(requires: Raw): Raw {
+  const conf = requires.queue
+  return conf && typeof conf === 'object' ? (conf as Raw) : {}
+}
+
+/**
+ * Compiles every queue-related setting: the runner's, the default queue's, every named queue and every service's
+ * own queue (`outboxed`, messaging kinds). Throws on the first invalid value.
+ */
+export function compileSettings(env: Environment): Settings {
+  const requires = (env.requires ?? {}) as Raw
+  const global = queueConfig(requires)
+  const defaultQueue = compileQueue(DEFAULT_QUEUE, global, 'cds.requires.queue')
+  // `cds.requires.queue: false` switches persistence off for every queue (see QueueRegistry.define).
+  if (requires.queue === false) defaultQueue.persistent = false
+  const queues = new QueueRegistry(defaultQueue, global, requires)
+  for (const [name, conf] of Object.entries(requires)) {
+    if (!conf || typeof conf !== 'object' || name === DEFAULT_QUEUE) continue
+    if (queueSetting(conf as Raw) !== undefined) queues.bind(name, conf as Raw)
+  }
+  return {
+    runner: compileRunner(global),
+    queues,
+    appid: typeof env.appid === 'string' && env.appid ? env.appid : undefined,
+    persistent: defaultQueue.persistent,
+    operatorRoles: operatorRoles(requires)
+  }
+}

@@ -1,0 +1,30 @@
+import { executeOnPostgres } from '../cap/drivers'
+import type { Dialect } from './dialect'
+
+/** The first key of the advisory locks on ordering keys (arbitrary, fixed). */
+const KEY_LOCK_SPACE = 0x0e0e
+
+/** The channel enqueuers notify and runners listen on. */
+const WAKE_CHANNEL = 'cds_event_queues'
+
+export const postgres: Dialect = {
+  prepare: sql => {
+    let n = 0
+    return sql.replace(/\?/g, () => `$${++n}`)
+  },
+  skipLocked: 'FOR UPDATE SKIP LOCKED',
+  // Timestamps are written as UTC ISO strings into TIMESTAMP columns (zone dropped), so they read back as UTC.
+  isoText: column => `to_char(${column}, 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
+  // A constant payload: PostgreSQL folds identical notifications of one transaction into one.
+  wakeUp: {
+    signal: `SELECT pg_notify('${WAKE_CHANNEL}', '')`,
+    listen: `LISTEN ${WAKE_CHANNEL}`
+  },
+  // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
+  // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
+  keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`,
+  // Unquoted identifiers are folded to lower case when created.
+  indexesOf: table =>
+    `SELECT indexname AS "name" FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '${table.toLowerCase()}'`,
+  execute: (connection, sql, params) => executeOnPostgres(connection, sql, params)
+}

@@ -1,0 +1,12 @@
+import { executeOnSqlite } from '../cap/drivers'
+import type { Dialect } from './dialect'
+
+export const sqlite: Dialect = {
+  prepare: sql => sql,
+  // SQLite has one writer at a time: the claim's UPDATE is atomic without row locks.
+  skipLocked: '',
+  // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
+  isoText: column => column,
+  indexesOf: table => `SELECT name AS "name" FROM sqlite_master WHERE type = 'index' AND tbl_name = '${table}'`,
+  execute: executeOnSqlite
+}

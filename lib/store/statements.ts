@@ -1,0 +1,169 @@
+import type { Claim, NewMessage } from '../interfaces'
+import type { Dialect } from './dialect'
+import { iso } from './rows'
+import { TABLE, UNCLAIMED, type Fragment } from './rules'
+
+/**
+ * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
+ * translates them. Each function returns the statement with its parameters.
+ */
+
+/** The columns a claim reads back; quoted aliases because PostgreSQL folds unquoted names to lower case. */
+function claimedColumns(dialect: Dialect): string {
+  const keyLock = dialect.keyLock ? `, ${dialect.keyLock('orderingKey')} AS "keyLocked"` : ''
+  return 'ID as "ID", ' + dialect.isoText('timestamp') + ' as "timestamp", target as "target", msg as "msg", ' +
+    'attempts as "attempts", lastError as "lastError", task as "task", appid as "appid", ' +
+    dialect.isoText('claimedAt') + ' as "claimedAt", orderingKey AS "orderingKey"' + keyLock
+}
+
+/**
+ * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them. The rows of one claim share owner and
+ * time, so this guards one row's outcome as well as a whole slot's.
+ */
+export function heldBy(claims: Claim[]): Fragment {
+  const { claimedBy, claimedAt } = claims[0]
+  return {
+    sql: `claimedBy = ? AND claimedAt = ? AND ID IN (${claims.map(() => '?').join(', ')})`,
+    params: [claimedBy, iso(claimedAt), ...claims.map(c => c.ID)]
+  }
+}
+
+/** Another row of row `r`'s ordering key, running under a lease that is still valid at `now`. */
+function runningOfKey(ownE: Fragment, now: string): Fragment {
+  return {
+    sql: `SELECT 1 FROM ${TABLE} e WHERE e.orderingKey = r.orderingKey AND ${ownE.sql}
+      AND e.status = 'processing' AND e.dueAt > ? AND e.ID <> r.ID`,
+    params: [...ownE.params, now]
+  }
+}
+
+/**
+ * Whether row `r` may be claimed as far as its ordering key goes: it is unordered, or it is the first of its key (by
+ * timestamp, then ID) and no other row of its key runs under a live lease. The second condition covers a row with an
+ * earlier timestamp that commits after a later one of its key was claimed: it waits until that one has finished.
+ */
+function keyIsFree(ownE: Fragment, now: string): Fragment {
+  const running = runningOfKey(ownE, now)
+  return {
+    sql: `(r.orderingKey IS NULL OR (
+      NOT EXISTS (SELECT 1 FROM ${TABLE} e WHERE e.orderingKey = r.orderingKey AND ${ownE.sql}
+        AND (e.timestamp < r.timestamp OR (e.timestamp = r.timestamp AND e.ID < r.ID)))
+      AND NOT EXISTS (${running.sql})))`,
+    params: [...ownE.params, ...running.params]
+  }
+}
+
+const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey'
+const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?'
+
+function insertParams(message: NewMessage, appid: string | null): unknown[] {
+  const { ID, timestamp, target, msg, task, dueAt, orderingKey } = message
+  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null]
+}
+
+export function insert(message: NewMessage, appid: string | null): Fragment {
+  return { sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (${INSERT_VALUES})`, params: insertParams(message, appid) }
+}
+
+/** A new row already claimed by `claim` until `leaseUntil`. */
+export function insertClaimed(message: NewMessage, appid: string | null, claim: Claim, leaseUntil: number): Fragment {
+  return {
+    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}, status, claimedBy, claimedAt) VALUES (${INSERT_VALUES}, 'processing', ?, ?)`,
+    params: [...insertParams({ ...message, dueAt: new Date(leaseUntil) }, appid), claim.claimedBy, iso(claim.claimedAt)]
+  }
+}
+
+/** A task's row: new, or replaced (payload, timing, queue) with its failure state and claim reset. */
+export function upsertTask(message: NewMessage, appid: string | null): Fragment {
+  const row = insert(message, appid)
+  return {
+    sql: `${row.sql} ON CONFLICT (ID) DO UPDATE SET timestamp = excluded.timestamp, target = excluded.target,
+      msg = excluded.msg, task = excluded.task, appid = excluded.appid, dueAt = excluded.dueAt, attempts = 0,
+      lastError = NULL, ${UNCLAIMED.sql}`,
+    params: row.params
+  }
+}
+
+export function deleteRow(ID: string): Fragment {
+  return { sql: `DELETE FROM ${TABLE} WHERE ID = ?`, params: [ID] }
+}
+
+/**
+ * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
+ * ordering key is busy. A row whose previous lease expired counts that lost attempt.
+ */
+export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Fragment {
+  const free = keyIsFree(ownE, claimedAt)
+  const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
+  return {
+    sql: `UPDATE ${TABLE} SET status = 'processing', claimedBy = ?, claimedAt = ?, dueAt = ?,
+        attempts = attempts + CASE WHEN status = 'processing' THEN 1 ELSE 0 END,
+        lastError = CASE WHEN status = 'processing'
+          THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
+        lastAttemptTimestamp = CASE WHEN status = 'processing' THEN claimedAt ELSE lastAttemptTimestamp END
+      WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${own.sql} AND r.dueAt <= ? ${skip} AND ${free.sql}
+        ORDER BY r.dueAt LIMIT ? ${skipLocked})`,
+    params: [owner, claimedAt, iso(leaseUntil), ...own.params, claimedAt, ...skipTargets, ...free.params, limit]
+  }
+}
+
+/** The rows a claim took, by its owner and time, in enqueue order. */
+export function claimedRows(dialect: Dialect, owner: string, claimedAt: string): Fragment {
+  return { sql: `SELECT ${claimedColumns(dialect)} FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ? ORDER BY timestamp`, params: [owner, claimedAt] }
+}
+
+/** Rows of a claim whose ordering key runs elsewhere by now (see `Store.keysTakenMeanwhile`). */
+export function keysRunningElsewhere(ownE: Fragment, owner: string, claimedAt: string): Fragment {
+  const running = runningOfKey(ownE, claimedAt)
+  return {
+    sql: `SELECT r.ID AS "ID" FROM ${TABLE} r WHERE r.claimedBy = ? AND r.claimedAt = ? AND r.orderingKey IS NOT NULL
+      AND EXISTS (${running.sql})`,
+    params: [owner, claimedAt, ...running.params]
+  }
+}
+
+/** An UPDATE of claimed rows, only while `claims` still hold them. */
+function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
+  const held = heldBy(claims)
+  return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
+}
+
+/** Hands claimed rows back unprocessed, due at `dueAt`. */
+export function release(claims: Claim[], dueAt: Date): Fragment {
+  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?`, [iso(dueAt)], claims)
+}
+
+/** Deletes processed rows, while their claims hold them. */
+export function complete(claims: Claim[]): Fragment {
+  const held = heldBy(claims)
+  return { sql: `DELETE FROM ${TABLE} WHERE ${held.sql}`, params: held.params }
+}
+
+/** Moves a completed occurrence of a recurring task to its next one. */
+export function recur(claim: Claim, timestamp: string, dueAt: Date): Fragment {
+  return whileHeld(`${UNCLAIMED.sql}, attempts = 0, lastError = NULL, timestamp = ?, dueAt = ?`, [timestamp, iso(dueAt)], [claim])
+}
+
+/** A failed attempt: due again at `dueAt`, or a dead letter (`dueAt` null); `leaveKey` clears its ordering key. */
+export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean): Fragment {
+  return whileHeld(
+    `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?${leaveKey ? ', orderingKey = NULL' : ''}`,
+    [attempts, lastError, iso(now), dueAt && iso(dueAt)],
+    [claim]
+  )
+}
+
+/** Moves the leases of `claims` to `until`, reading back the IDs still held. */
+export function renew(claims: Claim[], until: number): Fragment {
+  const update = whileHeld('dueAt = ?', [iso(until)], claims)
+  return { sql: `${update.sql} RETURNING ID AS "ID"`, params: update.params }
+}
+
+export function taskTimestamp(dialect: Dialect, ID: string): Fragment {
+  return { sql: `SELECT ${dialect.isoText('timestamp')} AS "timestamp" FROM ${TABLE} WHERE ID = ?`, params: [ID] }
+}
+
+/** When the next row of this app becomes due (or a lease expires) after `after`. */
+export function nextDue(dialect: Dialect, own: Fragment, after: number): Fragment {
+  return { sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ?`, params: [...own.params, iso(after)] }
+}
