@@ -1,0 +1,215 @@
+const { execFile } = require('child_process')
+const path = require('path')
+const { promisify } = require('util')
+const { startApp, APP, onPostgres } = require('./support/app')
+const cds = require('@sap/cds')
+
+/**
+ * The undocumented CAP behaviours the plugin relies on (lib/cap/, one file each), stated as tests. When a CAP version
+ * changes one of them, its test here fails and names the assumption: review lib/cap/ before upgrading.
+ */
+const app = startApp({ requires: { queue: { pollInterval: '1h' } } })
+
+const transactions = () => require('../lib/cap/transactions')
+
+describe('CAP contracts', () => {
+  describe('database transactions (lib/cap/transactions.ts)', () => {
+    test('cds.db.tx(ctx) returns the transaction a context already has: falsy `ready` until its first statement, then `dbc`', async () => {
+      const { transactionOfContext } = transactions()
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        expect(tx).toBe(cds.db.tx(cds.context))
+        expect(tx.ready).toBeFalsy()
+        await SELECT.one.from('cds.outbox.Messages')
+        expect(tx.ready).toBeTruthy()
+        expect(typeof tx.ready).not.toBe('string')
+        expect(tx.dbc).toBeTruthy()
+      })
+    })
+
+    test('a transaction begun by setting `ready = begin()` is joined by CAP statements of the same context, on the same connection', async () => {
+      const { begun, transactionOfContext } = transactions()
+      const ID = cds.utils.uuid()
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        await begun(tx)
+        const connection = tx.dbc
+        await INSERT.into('Target.Records').entries({ ID, kind: 'contract' })
+        expect(tx.dbc).toBe(connection)
+        expect(await SELECT.one.from('Target.Records').where({ ID })).toMatchObject({ kind: 'contract' })
+        throw Object.assign(new Error('roll back'), { rollback: true })
+      }).catch(e => {
+        if (!e.rollback) throw e
+      })
+      // rolled back with the transaction: the statements were part of it
+      expect(await SELECT.one.from('Target.Records').where({ ID })).toBeUndefined()
+    })
+
+    test('a root transaction that ended marks its context `tx._done`, and `ready` becomes a string', async () => {
+      const { transactionOfContext } = transactions()
+      let ctx, tx
+      await cds.tx(async () => {
+        ctx = cds.context
+        tx = transactionOfContext()
+        await SELECT.one.from('cds.outbox.Messages')
+      })
+      expect(ctx.tx._done).toBeTruthy()
+      expect(typeof tx.ready).toBe('string')
+    })
+
+    test("a view of a transaction made with Object.create runs a hook before CAP dispatches a statement on it", async () => {
+      const { transactionOfContext, withFirstStatementHook, begun } = transactions()
+      const calls = []
+      await cds.tx(async () => {
+        const shared = transactionOfContext()
+        const view = withFirstStatementHook(shared, async () => {
+          calls.push('hook')
+          await begun(shared)
+        })
+        const rows = await view.run(SELECT.from('cds.outbox.Messages'))
+        calls.push(Array.isArray(rows) ? 'rows' : typeof rows)
+      })
+      expect(calls).toEqual(['hook', 'rows'])
+    })
+  })
+
+  describe('driver connections (lib/cap/drivers.ts)', () => {
+    test(`tx.dbc of @cap-js/${onPostgres() ? 'postgres is a pg Client with query({ name, text, values })' : 'sqlite has prepare(sql).run/all(params)'}`, async () => {
+      const { executeOnSqlite, executeOnPostgres } = require('../lib/cap/drivers')
+      const { begun, transactionOfContext } = transactions()
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        await begun(tx)
+        const result = onPostgres()
+          ? await executeOnPostgres(tx.dbc, 'SELECT $1::int + 1 AS "n"', [41])
+          : await executeOnSqlite(tx.dbc, 'SELECT ? + 1 AS n', [41], true)
+        expect(result.rows).toEqual([{ n: 42 }])
+      })
+    })
+  })
+
+  describe('event contexts (lib/cap/contexts.ts)', () => {
+    test("srv.tx(ctx) uses the database transaction put in the context's `transactions` registry; cds._with runs with ctx as cds.context", async () => {
+      const { contextWithTransaction, runInContext } = require('../lib/cap/contexts')
+      const { transactionOfContext } = transactions()
+      await cds.tx(async () => {
+        const shared = transactionOfContext()
+        const ctx = contextWithTransaction({ user: new cds.User.Privileged('contract'), id: 'ctx-1' }, shared)
+        const srv = await cds.connect.to('Target')
+        await runInContext(ctx, async () => {
+          expect(cds.context).toBe(ctx)
+          expect(cds.context.id).toBe('ctx-1')
+          expect(cds.db.tx(ctx)).toBe(shared)
+          const tx = srv.tx(ctx)
+          expect(tx.context).toBe(ctx)
+        })
+      })
+    })
+  })
+
+  describe('handlers (lib/cap/handlers.ts)', () => {
+    test('srv.handlers.on / .after list registered handlers with the event they were registered for', async () => {
+      const { hasHandlerFor } = require('../lib/cap/handlers')
+      const srv = new cds.ApplicationService('ContractProbe', cds.model)
+      srv.on('*', () => {})
+      expect(hasHandlerFor(srv, 'ping/#succeeded')).toBe(false)
+      srv.on('ping/#succeeded', () => {})
+      srv.after('ping/#failed', () => {})
+      expect(hasHandlerFor(srv, 'ping/#succeeded')).toBe(true)
+      expect(hasHandlerFor(srv, 'ping/#failed')).toBe(true)
+    })
+  })
+
+  describe('pools (lib/cap/pools.ts)', () => {
+    test('a database service creates pooled connections through db.pools._factory.create', async () => {
+      const factory = cds.db.pools._factory
+      expect(typeof factory.create).toBe('function')
+      if (!onPostgres()) return
+      // the plugin's listener is on every pooled pg connection; a failed one is marked closed for the pool's validation
+      const connection = await cds.tx(async () => {
+        const tx = transactions().transactionOfContext()
+        await transactions().begun(tx)
+        return tx.dbc
+      })
+      expect(connection.listenerCount('error')).toBeGreaterThan(0)
+      expect(connection).toHaveProperty('open')
+    })
+  })
+
+  describe('disconnect (lib/cap/lifecycle.ts)', () => {
+    test("a database service disconnects through its own `disconnect` on cds 'shutdown', so replacing it on the instance runs first", async () => {
+      const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'contract-child.js')], {
+        cwd: APP,
+        env: { ...process.env, CHECK: 'disconnect-on-shutdown', CDS_CONFIG: JSON.stringify({ requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } } } }) },
+        timeout: 30000
+      })
+      expect(JSON.parse(stdout.trim().split('\n').pop())).toEqual({ called: true })
+    })
+  })
+
+  describe('requests (lib/cap/requests.ts)', () => {
+    test('cds.Service.prototype.send builds its request from each argument form and hands it to this.dispatch', () => {
+      const { requestFromSendArgs } = require('../lib/cap/requests')
+      expect(requestFromSendArgs(['ev', { a: 1 }, { h: 'x' }])).toMatchObject({ event: 'ev', data: { a: 1 }, headers: { h: 'x' } })
+      expect(requestFromSendArgs([{ event: 'ev', data: { a: 2 } }])).toMatchObject({ event: 'ev', data: { a: 2 } })
+      expect(requestFromSendArgs(['POST', '/hooks', { a: 3 }])).toMatchObject({ method: 'POST', path: expect.stringMatching(/^\/?hooks$/), data: { a: 3 } })
+      const query = SELECT.from('Target.Records')
+      expect(requestFromSendArgs([query]).query).toBe(query)
+    })
+
+    test('req.query.flat() gives CQN that survives JSON and cds.ql() without the service-specific targets', async () => {
+      const { storableQuery } = require('../lib/cap/requests')
+      const srv = await cds.connect.to('Target')
+      let stored
+      srv.prepend(() => srv.before('READ', 'Records', req => void (stored = JSON.parse(JSON.stringify(storableQuery(req.query))))))
+      await srv.read('Records')
+      expect(stored).toMatchObject({ SELECT: { from: { ref: ['Target.Records'] } } })
+      expect(stored).not.toHaveProperty('_target')
+      expect(Array.isArray(await cds.ql(stored))).toBe(true)
+    })
+  })
+
+  describe('services (lib/cap/services.ts)', () => {
+    test('database services are marked isDatabaseService', () => {
+      expect(cds.db.isDatabaseService).toBe(true)
+    })
+
+    test("@requires written to a service's definition in init() restricts it over HTTP like a modelled one", async () => {
+      const srv = cds.services.OutboxDeadLetterQueueService
+      expect(srv.definition['@requires']).toEqual(['internal-user'])
+      const res = await app.axios.get('/odata/v4/outbox-dead-letter-queue/DeadOutboxMessages', { validateStatus: () => true })
+      expect(res.status).toBe(401)
+    })
+  })
+
+  describe('database options (lib/cap/database-options.ts)', () => {
+    test('db.options.credentials hold what cds.requires.db configures, enough for a connection of its own', async () => {
+      if (!onPostgres()) return expect(cds.db.options.credentials).toHaveProperty('url')
+      const { postgresConnectionConfig } = require('../lib/cap/database-options')
+      const { Client } = require('pg')
+      const client = new Client(postgresConnectionConfig(cds.db))
+      await client.connect()
+      try {
+        expect((await client.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }])
+      } finally {
+        await client.end()
+      }
+    })
+  })
+
+  describe('implicit', () => {
+    test('cds.connect.to queues services configured `outboxed` by calling the global cds.queued', async () => {
+      const outboxed = await cds.connect.to('Outboxed')
+      expect(outboxed).not.toBe(cds.unqueued(outboxed))
+      expect(outboxed.queued).toMatchObject({ name: 'queue', maxAttempts: 10 })
+    })
+
+    test("CAP's own model of cds.outbox.Messages has exactly the columns the plugin's keeps, with the same types", async () => {
+      const theirs = cds.linked(await cds.load(require.resolve('@sap/cds/srv/outbox.cds'))).definitions['cds.outbox.Messages'].elements
+      const ours = cds.model.definitions['cds.outbox.Messages'].elements
+      for (const [name, element] of Object.entries(theirs)) {
+        expect([name, ours[name]?.type, ours[name]?.length]).toEqual([name, element.type, element.length])
+      }
+    })
+  })
+})

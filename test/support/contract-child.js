@@ -1,0 +1,31 @@
+/**
+ * CAP contracts that need a process of their own (they end it): CHECK names which. Prints one JSON line.
+ * - `disconnect-on-shutdown`: a database service disconnects through its own `disconnect` when cds emits 'shutdown'.
+ */
+const path = require('path')
+
+process.chdir(path.join(__dirname, '..', 'app'))
+const cds = require('@sap/cds')
+
+const checks = {
+  'disconnect-on-shutdown': async () => {
+    const { beforeDisconnect } = require('../../lib/cap/lifecycle')
+    const db = await cds.connect.to('db')
+    let called = false
+    beforeDisconnect(db, async () => void (called = true))
+    // what `cds serve` does on SIGTERM or cds.shutdown(): await every 'shutdown' listener
+    await Promise.all(cds.listeners('shutdown').map(fn => fn()))
+    return { called }
+  }
+}
+
+checks[process.env.CHECK]().then(
+  result => {
+    console.log(JSON.stringify(result))
+    process.exit(0)
+  },
+  e => {
+    console.error(e)
+    process.exit(1)
+  }
+)
