@@ -29,7 +29,7 @@ async function dispatcher(cds, srv, queued) {
 }
 
 async function enqueuer(cds, queued) {
-  if (impl() === 'plugin') await require(path.join(REPO, 'lib', 'runner')).runner.stop()
+  if (impl() === 'plugin') await require(path.join(REPO, 'lib', 'plugin')).eventQueues().runner.stop()
   process.on('message', async command => {
     if (command.ping === undefined) return
     let at

@@ -54,7 +54,7 @@ async function child() {
 }
 
 async function parent() {
-  const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('../test/support/postgres')
+  const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('./support/postgres')
   const { environment } = require('./support/app')
   const { runOnce } = require('./support/processes')
   const { median } = require('./support/stats')

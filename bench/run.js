@@ -4,12 +4,15 @@
  * baselines measured in the same run and writes it to bench/RESULTS.md. It measures; it does not pass or fail.
  * Sizes via environment: BENCH_REPS, BENCH_MESSAGES, BENCH_SMALL, BENCH_LATENCY_SAMPLES, BENCH_PAIRS_1,
  * BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"), BENCH_SCALE_REPS, BENCH_DBS ("sqlite,postgres"), BENCH_QUEUE
- * (JSON options merged into the plugin's cds.requires.queue, e.g. {"batchSize":50}).
+ * (JSON options merged into the plugin's cds.requires.queue, e.g. {"batchSize":50}), BENCH_BASELINE (another version
+ * of the plugin, measured in process beside this one in the same repetitions: a folder inside this repository, e.g.
+ * .stacks/baseline, with that version's built cds-plugin.js, package.json, lib/, srv/ and db/, so it loads the same
+ * @sap/cds as the bench app).
  */
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('../test/support/postgres')
+const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('./support/postgres')
 const { environment } = require('./support/app')
 const { start, nextMessage, runOnce, stop } = require('./support/processes')
 const { percentile } = require('./support/stats')
@@ -31,7 +34,7 @@ const config = {
   drainTimeout: 120_000,
   pollEvery: 10
 }
-const IMPLS = ['plugin', 'cap', 'floor']
+const IMPLS = ['plugin', ...(process.env.BENCH_BASELINE ? ['baseline'] : []), 'cap', 'floor']
 const log = (...args) => console.error('[bench]', ...args)
 
 function sqliteDb() {
@@ -134,7 +137,7 @@ async function main() {
       }
     }
     const serverVersion = server && (await withClient(c => c.query('SHOW server_version'), 'postgres', server)).rows[0].server_version
-    const text = report.render({ config, results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg(), serverVersion })
+    const text = report.render({ config, results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg(), serverVersion, baseline: process.env.BENCH_BASELINE })
     console.log(text)
     const file = path.join(__dirname, 'RESULTS.md')
     fs.writeFileSync(file, text + report.keptFindings(fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : ''))

@@ -2,9 +2,10 @@ const fs = require('fs')
 const path = require('path')
 
 /**
- * Boots the bench app (bench/app) in this process, as one of the two contenders:
+ * Boots the bench app (bench/app) in this process, as one of the contenders:
  * - 'plugin': cds-event-queues loaded through CDS_PLUGINS (the app's package.json does not list it, so the other
  *   run gets CAP's built-in queue from @sap/cds/srv/outbox and @sap/cds/libx/queue);
+ * - 'baseline': the same, from the built checkout at BENCH_BASELINE (another version of the plugin, to compare);
  * - 'cap': CAP's built-in queue, with legacyLocking: false (cds 9 defaults to true; false is CAP 10's behaviour and
  *   lets handler writes and the row deletion commit together, as the plugin always does).
  * The database comes from BENCH_DB (JSON `cds.requires.db`). The runner is not started here: see `serve()`.
@@ -28,7 +29,8 @@ function environment(impl, db, extra = {}) {
     // no timer-driven passes in the measurements: commits, flush() and NOTIFY drive the runner; BENCH_QUEUE adds options
     : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}') }
   const env = { ...process.env, ...extra, BENCH_IMPL: impl, CDS_CONFIG: JSON.stringify({ requires: { db, queue } }) }
-  if (impl === 'plugin') env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(REPO, 'cds-plugin.js') } })
+  const plugin = { plugin: REPO, baseline: process.env.BENCH_BASELINE }[impl]
+  if (plugin) env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(plugin, 'cds-plugin.js') } })
   else delete env.CDS_PLUGINS
   return env
 }

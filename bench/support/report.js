@@ -101,7 +101,27 @@ function postgresRows(results, config) {
   return out
 }
 
-function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter, serverVersion }) {
+/** This version against BENCH_BASELINE's, measured in the same repetitions. */
+function baselineRows(baseline, config, results) {
+  if (!baseline) return []
+  const out = ['', `## This version against ${baseline}`, '', '| DB | Measure | this version | baseline | this ÷ baseline |', '|---|---|---:|---:|---:|']
+  for (const kind of config.dbs) {
+    const runs = results.inProcess[kind] ?? {}
+    const figure = (measure, pick, format) => {
+      const a = med(runs.plugin, pick)
+      const b = med(runs.baseline, pick)
+      out.push(`| ${kind} | ${measure} | ${format(a)} | ${format(b)} | ${times(a / b)} |`)
+    }
+    figure('Drain, no-op handler (msg/s)', r => r.drainNoop.perSecond, rate)
+    figure('Drain, handler writes 1 row (msg/s)', r => r.drainWrite.perSecond, rate)
+    figure('Enqueue tx, N=1, runner idle (ms)', r => r.enqueueIdle1.emit, ms)
+    figure('Commit → handler start, p50 (ms)', r => r.latency.p50, ms)
+    figure('Commit → handler start, p99 (ms)', r => r.latency.p99, ms)
+  }
+  return out
+}
+
+function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter, serverVersion, baseline }) {
   const minutes = ((finishedAt - startedAt) / 60000).toFixed(1)
   const load = l => l.map(x => x.toFixed(2)).join(' ')
   return [
@@ -122,6 +142,7 @@ function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter,
     '|---|---|---:|---:|---:|---|---:|---:|',
     ...config.dbs.flatMap(kind => rows(kind, results, config)),
     ...(config.dbs.includes('postgres') ? postgresRows(results, config) : []),
+    ...baselineRows(baseline, config, results),
     '',
     '## How to read it',
     '',
