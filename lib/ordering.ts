@@ -8,7 +8,7 @@ import type { OrderingKeySource } from './interfaces'
  */
 
 /** The header that sets a message's ordering key per call; it wins over the queue's `orderingKey` option. */
-export const ORDERING_HEADER = 'x-ordering-key'
+const ORDERING_HEADER = 'x-ordering-key'
 
 /** `orderingKey` is a String(255) column. */
 const MAX_KEY_LENGTH = 255

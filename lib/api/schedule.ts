@@ -29,7 +29,7 @@ type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
  * The row ID of a task, as CAP 10 derives it: the SHA-256 of `service:task` (plus `:appid` when set) formatted as a
  * version-4 UUID. A task that CAP's built-in queue registered is therefore replaced, not duplicated.
  */
-export function taskId(serviceName: string, task: string, app: string | undefined): string {
+function taskId(serviceName: string, task: string, app: string | undefined): string {
   const hash = createHash('sha256').update(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`).digest()
   hash[6] = 0x40 | (hash[6] & 0x0f) // version 4
   hash[8] = 0x80 | (hash[8] & 0x3f) // RFC 4122 variant

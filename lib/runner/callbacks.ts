@@ -11,7 +11,7 @@ import { errorData } from '../failures'
 const SUCCEEDED = '/#succeeded'
 const FAILED = '/#failed'
 
-export function isCallback(event: string | undefined): boolean {
+function isCallback(event: string | undefined): boolean {
   return !!event && (event.endsWith(SUCCEEDED) || event.endsWith(FAILED))
 }
 

@@ -17,7 +17,7 @@ import type { AttemptAborted } from './lease'
 const LOG = cds.log('queue')
 
 /** The claim was taken over (lease expired) or the row deleted while the handler ran: its work is rolled back. */
-export class ClaimLost extends Error {
+class ClaimLost extends Error {
   constructor(ID: string) {
     super(`Message ${ID} was claimed by another process or deleted while it ran; its work was rolled back`)
     this.name = 'ClaimLost'
