@@ -3,27 +3,33 @@ import { installApi } from './lib/api/install'
 import { beforeDisconnect } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { activate } from './lib/plugin'
-import { OPERATOR_ENTRY } from './lib/settings'
+import { OPERATOR_ENTRY, persists } from './lib/settings'
 
 const LOG = cds.log('queue')
 
-// Wiring only: what the plugin does lives in lib/. The settings are compiled here, once; a configuration error
-// stops the start.
-const plugin = activate(cds.env)
-installApi(plugin)
+// Wiring only: what the plugin does lives in lib/.
 
 // Without persistence there is no table, hence nothing for the operator service to show.
-if (!plugin.settings.persistent && cds.env.requires) cds.env.requires[OPERATOR_ENTRY] = false
+if (!persists(cds.env) && cds.env.requires) cds.env.requires[OPERATOR_ENTRY] = false
 
-cds.on('served', () => {
-  plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
-})
-cds.on('shutdown', () => plugin.runner.stop())
-cds.on('connect', srv => {
-  if (!(srv instanceof cds.DatabaseService)) return
-  survivePoolErrors(srv)
-  // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
-  // their connections until they finish or are handed back.
-  beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
-})
+// `cds build` and `cds compile` only need the models; options that matter at run time are checked when the app runs.
+const building = ['build', 'compile'].includes((cds as unknown as { cli?: { command?: string } }).cli?.command ?? '')
 
+if (!building) {
+  // The settings are compiled here, once; a configuration error stops the start.
+  const plugin = activate(cds.env)
+  installApi(plugin)
+
+  cds.on('served', () => {
+    plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
+  })
+  cds.on('shutdown', () => plugin.runner.stop())
+  cds.on('connect', srv => {
+    if (!(srv instanceof cds.DatabaseService)) return
+    survivePoolErrors(srv)
+    plugin.runner.connected(srv)
+    // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
+    // their connections until they finish or are handed back.
+    beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
+  })
+}

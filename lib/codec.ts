@@ -71,7 +71,21 @@ function strictJSON(value: unknown, event: string | undefined): string {
   }
 }
 
-export function encode(req: Dispatchable, context: ContextLike, serviceName: string): string {
+/** A request as the row stores it: the `msg` JSON, and the service and event it is for (the rows' index columns). */
+export interface Encoded {
+  msg: string
+  service: string
+  event: string | undefined
+}
+
+/** What the `event` column says of a request: its event, else the kind of its query, else its method and path. */
+function eventOf(req: Dispatchable): string | undefined {
+  const query = req.query as Record<string, unknown> | undefined
+  const event = req.event ?? (query && Object.keys(query).find(k => /^[A-Z]+$/.test(k))) ?? (req.method ? `${req.method} ${req.path ?? ''}` : undefined)
+  return event?.slice(0, 255)
+}
+
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string): Encoded {
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
@@ -80,7 +94,7 @@ export function encode(req: Dispatchable, context: ContextLike, serviceName: str
     msg.query = storableQuery(req.query)
     delete msg.data // for queries, req.data is derived from req.query
   }
-  return strictJSON(msg, req.event)
+  return { msg: strictJSON(msg, req.event), service: serviceName, event: eventOf(req) }
 }
 
 /** Refuses a message above the queue's `maxMessageSize` at the enqueuing call, before anything is written. */
@@ -146,12 +160,12 @@ export function timestampAt(ms: number): string {
   return new Date(ms).toISOString().replace('Z', `${String(micros).padStart(3, '0')}0Z`)
 }
 
-/** A new row for `msg` on queue `target`, due after `afterMs`. */
-export function newMessage(target: string, msg: string, afterMs = 0, task?: string, ID: string = cds.utils.uuid()): NewMessage {
-  return messageDueAt(target, msg, Date.now() + afterMs, task, ID)
+/** A new row for `encoded` on queue `target`, due after `afterMs`. */
+export function newMessage(target: string, encoded: Encoded, afterMs = 0): NewMessage {
+  return messageDueAt(target, encoded, Date.now() + afterMs)
 }
 
-/** A new row for `msg` on queue `target`, due at the epoch milliseconds `due` (the time a cron task fires, exactly). */
-export function messageDueAt(target: string, msg: string, due: number, task?: string, ID: string = cds.utils.uuid()): NewMessage {
-  return { ID, timestamp: timestampAt(due), target, msg, task, dueAt: new Date(due) }
+/** A new row for `encoded` on queue `target`, due at the epoch milliseconds `due` (the time a cron task fires, exactly). */
+export function messageDueAt(target: string, { msg, service, event }: Encoded, due: number, task?: string, ID: string = cds.utils.uuid()): NewMessage {
+  return { ID, timestamp: timestampAt(due), target, msg, task, dueAt: new Date(due), service, event }
 }

@@ -7,20 +7,38 @@ import { inspect } from 'util'
 const CREDENTIALS =
   /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|("?(?:authorization|cookie|password|client_?secret|(?:access_|refresh_|id_)?token|api_?key)"?\s*[:=]\s*)("[^"]*"|'[^']*'|(?:(?:Bearer|Basic)\s+)?[^\s,}]+)|\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/gi
 
+/** Stack frames kept in `lastError`: where it failed, not the whole way there. */
+const STACK_FRAMES = 10
+
 /**
- * The text kept in `lastError`: name, message, code and stack, never the error's other properties (an HTTP client
- * error carries its whole request configuration, credentials included), with credentials masked and cut to size.
+ * A stack frame without the server's file system: paths inside the app (or its node_modules) relative to it,
+ * other absolute paths cut to their file name.
  */
-export function storedError(error: unknown, maxLength: number): string {
-  let text: string
-  if (error instanceof Error) {
-    const e = error as Error & { code?: unknown; statusCode?: unknown; status?: unknown }
-    const code = e.code ?? e.statusCode ?? e.status
-    const head = `${e.name}: ${e.message}${code !== undefined ? ` (code ${String(code)})` : ''}`
-    const stack = e.stack?.split('\n').slice(1).join('\n')
-    text = stack ? `${head}\n${stack}` : head
-  } else {
-    text = typeof error === 'string' ? error : inspect(error, { depth: 1, breakLength: Infinity })
+function withoutServerPaths(frame: string, root: string): string {
+  return frame.replace(/(\(|\s)(\/[^():\s]+|[A-Za-z]:\\[^():]+)/g, (_m, before: string, path: string) => {
+    const inApp = root && path.startsWith(root) ? path.slice(root.length).replace(/^[\\/]/, '') : undefined
+    return before + (inApp ?? path.split(/[\\/]/).pop())
+  })
+}
+
+/** An error's first line: name, message and code. */
+export function errorLine(error: unknown): string {
+  if (!(error instanceof Error)) return typeof error === 'string' ? error : inspect(error, { depth: 1, breakLength: Infinity })
+  const e = error as Error & { code?: unknown; statusCode?: unknown; status?: unknown }
+  const code = e.code ?? e.statusCode ?? e.status
+  return `${e.name}: ${e.message}${code !== undefined ? ` (code ${String(code)})` : ''}`
+}
+
+/**
+ * The text kept in `lastError`: name, message, code and the first stack frames (paths relative to the app), never
+ * the error's other properties (an HTTP client error carries its whole request configuration, credentials
+ * included), with credentials masked and cut to size.
+ */
+export function storedError(error: unknown, maxLength: number, root = process.cwd()): string {
+  let text = errorLine(error)
+  if (error instanceof Error && error.stack) {
+    const frames = error.stack.split('\n').filter(line => /^\s+at /.test(line)).slice(0, STACK_FRAMES)
+    if (frames.length) text += '\n' + frames.map(f => withoutServerPaths(f, root)).join('\n')
   }
   const masked = text.replace(CREDENTIALS, (_m, scheme: string | undefined, key: string | undefined) =>
     scheme ? `${scheme} ***` : key ? `${key}***` : '***'

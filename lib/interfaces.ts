@@ -79,6 +79,8 @@ export interface MessageRow {
   task: string | null
   appid: string | null
   claimedAt: number
+  /** A row from before CAP had `appid` whose `msg` names no service: the service its target names. */
+  serviceOfOldRow?: string
 }
 
 /** The claim a process holds on a row; outcomes are only written while it still holds it. */
@@ -99,6 +101,9 @@ export interface NewMessage {
   dueAt: Date
   /** Messages with the same key run one at a time, in `timestamp` order. */
   orderingKey?: string
+  /** The service and event of `msg`, for operators (index columns, see db/outbox.cds). */
+  service?: string
+  event?: string
 }
 
 /** The event context fields that are persisted: an allow-list, so credentials never reach the table. */
@@ -141,6 +146,7 @@ export interface StoredMessage {
 export type Outcome =
   | { kind: 'succeeded' }
   | { kind: 'retry'; error: unknown; attempts: number; delay: number }
-  | { kind: 'dead'; error: unknown; attempts: number }
+  /** `silent`: it was a dead letter before this attempt (someone else set its attempts): no `#failed` callback. */
+  | { kind: 'dead'; error: unknown; attempts: number; silent?: boolean }
   | { kind: 'deferred'; dueAt: Date }
   | { kind: 'lost' }

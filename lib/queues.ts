@@ -1,7 +1,8 @@
 import cds from '@sap/cds'
-import { compileQueue, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
+import { canonical, compileQueue, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
 import { invalid } from './errors'
 import type { QueueSettings } from './interfaces'
+import { serviceOfOldRow, type AttemptLimits } from './store/rules'
 
 const LOG = cds.log('queue')
 
@@ -22,7 +23,9 @@ export class QueueRegistry {
     /** `cds.requires.queue`: the base of every queue's options. */
     private readonly global: Raw,
     /** `cds.requires`, as the plugin found it at start (named queues are read from it). */
-    private readonly requires: Raw
+    private readonly requires: Raw,
+    /** CAP's `appid`: old rows name `<appid><service>` as their target. */
+    private readonly appid?: string
   ) {
     this.byName.set(DEFAULT_QUEUE, defaultQueue)
   }
@@ -40,15 +43,16 @@ export class QueueRegistry {
 
   private queueOf(serviceName: string, conf: Raw | undefined, programmatic?: Raw): QueueSettings {
     const setting = queueSetting(conf)
+    const given = programmatic && canonical(programmatic, `cds.queued(${serviceName}, options)`, 'service')
     if (typeof setting === 'string') {
       const named = this.requires[setting]
-      const own = named && typeof named === 'object' ? (named as Raw) : {}
-      return this.define(setting, { ...this.global, ...own, ...programmatic }, `cds.requires.${setting}`)
+      const own = named && typeof named === 'object' ? canonical(named as Raw, `cds.requires.${setting}`, 'queue') : {}
+      return this.define(setting, { ...this.global, ...own, ...given }, `cds.requires.${setting}`)
     }
-    const own = setting && typeof setting === 'object' && !Array.isArray(setting) ? (setting as Raw) : undefined
-    if (own || (programmatic && Object.keys(programmatic).length)) {
-      const where = own ? `cds.requires.${serviceName}.outboxed` : 'cds.queued() options'
-      return this.define(serviceName, { ...this.global, ...own, ...programmatic }, where)
+    const where = `cds.requires.${serviceName}.outboxed`
+    const own = setting && typeof setting === 'object' && !Array.isArray(setting) ? canonical(setting as Raw, where, 'service') : undefined
+    if (own || (given && Object.keys(given).length)) {
+      return this.define(serviceName, { ...this.global, ...own, ...given }, own ? where : `cds.queued(${serviceName}, options)`)
     }
     if (setting !== undefined && typeof setting !== 'boolean') {
       throw invalid(`cds.requires.${serviceName}.outboxed`, setting, 'true, false, a queue name, or an object of queue options')
@@ -71,7 +75,8 @@ export class QueueRegistry {
    * service name) the queue of that service; else the default queue's, with a warning once per target.
    */
   forTarget(target: string): QueueSettings {
-    const queue = this.byName.get(target) ?? this.byService.get(target)
+    const service = serviceOfOldRow(target, this.appid)
+    const queue = this.byName.get(target) ?? this.byService.get(target) ?? this.byService.get(service)
     if (queue) return queue
     if (!this.warned.has(target)) {
       this.warned.add(target)
@@ -80,8 +85,19 @@ export class QueueRegistry {
     return this.defaultQueue
   }
 
-  /** Every queue known so far. */
-  all(): QueueSettings[] {
-    return [...this.byName.values()]
+  /**
+   * The attempt limits of every target known so far, for SQL and CQN that decide dead letters like `forTarget`:
+   * targets whose queue allows as many attempts as the default queue need no entry of their own.
+   */
+  attemptLimits(): AttemptLimits {
+    const otherwise = this.defaultQueue.maxAttempts
+    const byLimit = new Map<number, string[]>()
+    for (const [target, queue] of [...this.byService, ...this.byName]) {
+      if (queue.maxAttempts === otherwise) continue
+      const targets = byLimit.get(queue.maxAttempts) ?? []
+      if (!targets.includes(target)) targets.push(target)
+      byLimit.set(queue.maxAttempts, targets)
+    }
+    return { byLimit, otherwise }
   }
 }

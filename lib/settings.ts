@@ -1,4 +1,4 @@
-import { compileQueue, compileRunner, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
+import { canonical, compileQueue, compileRunner, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
 import { invalid } from './errors'
 import { QueueRegistry } from './queues'
 import type { RunnerSettings } from './interfaces'
@@ -39,6 +39,14 @@ function operatorRoles(requires: Raw): string[] {
   throw invalid(`cds.requires.${OPERATOR_ENTRY}.roles`, roles, "a role name or a non-empty list of role names, e.g. 'internal-user'")
 }
 
+/** Whether queued messages are stored at all (`cds.requires.queue` is not `false`, nor an in-memory kind); never throws. */
+export function persists(env: Environment): boolean {
+  const queue = env.requires?.queue
+  if (queue === false) return false
+  const kind = queue && typeof queue === 'object' ? (queue as Raw).kind : undefined
+  return kind === undefined || kind === 'persistent-queue' || kind === 'persistent-outbox'
+}
+
 /** `cds.requires.queue` as an object; `{}` when it is `true`, `false` or missing. */
 function queueConfig(requires: Raw): Raw {
   const conf = requires.queue
@@ -51,11 +59,12 @@ function queueConfig(requires: Raw): Raw {
  */
 export function compileSettings(env: Environment): Settings {
   const requires = (env.requires ?? {}) as Raw
-  const global = queueConfig(requires)
+  const global = canonical(queueConfig(requires), 'cds.requires.queue', 'runner')
   const defaultQueue = compileQueue(DEFAULT_QUEUE, global, 'cds.requires.queue')
   // `cds.requires.queue: false` switches persistence off for every queue (see QueueRegistry.define).
   if (requires.queue === false) defaultQueue.persistent = false
-  const queues = new QueueRegistry(defaultQueue, global, requires)
+  const appid = typeof env.appid === 'string' && env.appid ? env.appid : undefined
+  const queues = new QueueRegistry(defaultQueue, global, requires, appid)
   for (const [name, conf] of Object.entries(requires)) {
     if (!conf || typeof conf !== 'object' || name === DEFAULT_QUEUE) continue
     if (queueSetting(conf as Raw) !== undefined) queues.bind(name, conf as Raw)
@@ -63,7 +72,7 @@ export function compileSettings(env: Environment): Settings {
   return {
     runner: compileRunner(global),
     queues,
-    appid: typeof env.appid === 'string' && env.appid ? env.appid : undefined,
+    appid,
     persistent: defaultQueue.persistent,
     operatorRoles: operatorRoles(requires)
   }

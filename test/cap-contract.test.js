@@ -175,9 +175,9 @@ describe('CAP contracts', () => {
     })
 
     test("@requires written to a service's definition in init() restricts it over HTTP like a modelled one", async () => {
-      const srv = cds.services.OutboxDeadLetterQueueService
+      const srv = cds.services.EventQueuesService
       expect(srv.definition['@requires']).toEqual(['internal-user'])
-      const res = await app.axios.get('/odata/v4/outbox-dead-letter-queue/DeadOutboxMessages', { validateStatus: () => true })
+      const res = await app.axios.get('/odata/v4/event-queues/DeadOutboxMessages', { validateStatus: () => true })
       expect(res.status).toBe(401)
     })
   })

@@ -10,7 +10,7 @@ const app = startApp({
 })
 
 const get = (user, url) =>
-  app.axios.get(`/odata/v4/outbox-dead-letter-queue${url}`, { auth: { username: user, password: USERS[user].password }, validateStatus: () => true })
+  app.axios.get(`/odata/v4/event-queues${url}`, { auth: { username: user, password: USERS[user].password }, validateStatus: () => true })
 
 describe('dead letter service configuration', () => {
   test('cds.requires.dead-letter-queue.roles replaces internal-user as the required role', async () => {

@@ -5,9 +5,9 @@ const app = startApp({ requires: { 'dead-letter-queue': false }, log: { levels: 
 
 describe('dead letter service switched off', () => {
   test('"dead-letter-queue": false leaves the service out of the model and out of the server', async () => {
-    expect(cds.model.definitions.OutboxDeadLetterQueueService).toBeUndefined()
-    expect(cds.services.OutboxDeadLetterQueueService).toBeUndefined()
-    const res = await app.axios.get('/odata/v4/outbox-dead-letter-queue/DeadOutboxMessages', { validateStatus: () => true })
+    expect(cds.model.definitions.EventQueuesService).toBeUndefined()
+    expect(cds.services.EventQueuesService).toBeUndefined()
+    const res = await app.axios.get('/odata/v4/event-queues/DeadOutboxMessages', { validateStatus: () => true })
     expect(res.status).toBe(404)
     // the queue itself is unaffected
     expect(cds.model.definitions['cds.outbox.Messages']).toBeDefined()

@@ -13,8 +13,8 @@ const app = startApp({
   log: { levels: { odata: 'warn', error: 'error' } }
 })
 
-const DLQ = '/odata/v4/outbox-dead-letter-queue'
-const ACTION = 'OutboxDeadLetterQueueService'
+const DLQ = '/odata/v4/event-queues'
+const ACTION = 'EventQueuesService'
 
 /** HTTP as `user` (or anonymous), answering every status instead of throwing. */
 function http(user) {

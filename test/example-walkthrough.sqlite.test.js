@@ -14,7 +14,7 @@ const { waitFor } = require('./support/wait')
 const EXAMPLE = path.join(__dirname, '..', 'examples', 'travel')
 const CDS_SERVE = require.resolve('@sap/cds/bin/serve.js', { paths: [EXAMPLE] })
 const OPS = { username: 'ops', password: 'ops' }
-const DLQ = '/odata/v4/outbox-dead-letter-queue'
+const DLQ = '/odata/v4/event-queues'
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -122,7 +122,7 @@ describe('example app walkthrough (queued remote call, dead letter, revive)', ()
 
     // 8. The flights service is back; revive the dead letter: it runs right away and the booking is confirmed.
     await http.post('/odata/v4/flights/simulateOutage', { failing: false }, json)
-    const revived = await http.post(`${DLQ}/DeadOutboxMessages(${dead.ID})/OutboxDeadLetterQueueService.revive`, {}, { ...json, ...asOps })
+    const revived = await http.post(`${DLQ}/DeadOutboxMessages(${dead.ID})/EventQueuesService.revive`, {}, { ...json, ...asOps })
     expect(revived.status).toBe(204)
     await waitFor(async () => (await booking(second.data.ID)).status === 'confirmed', { what: 'the revived booking to be confirmed' })
     expect((await http.get(`${DLQ}/DeadOutboxMessages`, asOps)).data.value).toEqual([])

@@ -23,7 +23,7 @@ describe('the plugin package', () => {
       cwd: path.join(__dirname, '..'), encoding: 'utf8'
     }))
     const files = pack.files.map(f => f.path)
-    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/dead-letters.cds', 'srv/dead-letters.js', 'README.md', 'package.json', 'index.d.ts']) {
+    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/event-queues.cds', 'srv/event-queues.js', 'README.md', 'package.json', 'index.d.ts']) {
       expect(files).toContain(f)
     }
     expect(files.filter(f => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])

@@ -65,17 +65,17 @@ export function unqueued<T>(srv: T): T {
 
 async function enqueue(plugin: EventQueues, original: Service, queue: QueueSettings, req: Dispatchable): Promise<undefined> {
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
-  const msg = encode(req, context, original.name)
-  assertSize(msg, queue.maxMessageSize, req.event)
-  if (!queue.persistent || !cds.db) return keepInMemory(context, msg, queue.name)
+  const encoded = encode(req, context, original.name)
+  assertSize(encoded.msg, queue.maxMessageSize, req.event)
+  if (!queue.persistent || !cds.db) return keepInMemory(context, encoded.msg, queue.name)
   const { runner } = plugin
   const task = req.queue?.task
   if (task) {
-    await runner.store.upsertTask(taskMessage(original.name, queue, msg, { ...req.queue, task }, plugin.settings.appid))
+    await runner.store.upsertTask(taskMessage(queue, encoded, { ...req.queue, task }, plugin.settings.appid))
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
     const orderingKey = orderingKeyOf(req, queue.orderingKey)
-    const message = { ...newMessage(queue.name, msg, after), orderingKey }
+    const message = { ...newMessage(queue.name, encoded, after), orderingKey }
     // Due now, in no key's order and for the runner's own tenant: this process may run it right after the commit.
     if (!after && orderingKey === undefined && !context.tenant && (await claimAtEnqueue(runner, context, message, queue))) return undefined
     await runner.store.insert(message)

@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { requestFromSendArgs } from '../cap/requests'
-import { messageDueAt } from '../codec'
+import { messageDueAt, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
 import type { NewMessage, QueueInfo, QueueSettings } from '../interfaces'
 import type { EventQueues } from '../plugin'
@@ -38,9 +38,9 @@ function taskId(serviceName: string, task: string, app: string | undefined): str
 }
 
 /** The row that (re)schedules a task on its queue: its deterministic ID, due at its first run. */
-export function taskMessage(serviceName: string, queue: QueueSettings, msg: string, info: QueueInfo & { task: string }, appid: string | undefined): NewMessage {
+export function taskMessage(queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): NewMessage {
   const due = firstRun(info, Date.now(), queue.timezone)
-  return messageDueAt(queue.name, msg, due, info.task, taskId(serviceName, info.task, appid))
+  return messageDueAt(queue.name, encoded, due, info.task, taskId(encoded.service, info.task, appid))
 }
 
 /** CAP's `(value, unit)` form, e.g. `.after(5, 'minutes')`, as one duration text. */

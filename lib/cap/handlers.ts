@@ -1,8 +1,9 @@
 import type cds from '@sap/cds'
 
 /**
- * CAP internal: a service lists its handlers in `srv.handlers.on` / `.after`, each entry naming its event. CAP's own
- * queue decides the same way whether anybody listens for a callback. Contract: test/cap-contract.test.js "handlers".
+ * CAP internal: a service lists its handlers in `srv.handlers.before` / `.on` / `.after`, each entry naming its event
+ * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback.
+ * Contract: test/cap-contract.test.js "handlers".
  */
 
 interface HandlerEntry {
@@ -14,4 +15,50 @@ interface HandlerEntry {
 export function hasHandlerFor(srv: cds.Service, event: string): boolean {
   const { on, after } = (srv as unknown as { handlers: { on: HandlerEntry[]; after: HandlerEntry[] } }).handlers
   return on.some(h => h.on === event) || after.some(h => h.after === event)
+}
+
+interface Phases {
+  before: HandlerEntry[]
+  on: HandlerEntry[]
+  after: HandlerEntry[]
+}
+
+type Matching = HandlerEntry & { for(req: { event: string; path: string; entity: string }): boolean }
+
+/**
+ * Handlers that others (the app, plugins such as @cap-js/telemetry) register on a database service for writes of an
+ * entity, besides the database service's own: the store writes through CAP while there are any, so they see every
+ * enqueue as they see CAP's. A handler entry's `for(req)` tells whether it applies to a request (CAP's own test).
+ */
+export class Watchers {
+  private readonly own: Set<HandlerEntry>
+  private size = -1
+  private watched = new Map<string, boolean>()
+
+  /** Takes the handlers `db` has now as its own: call right after it connected. */
+  constructor(private readonly db: cds.DatabaseService) {
+    const { before, on, after } = this.phases
+    this.own = new Set([...before, ...on, ...after])
+  }
+
+  private get phases(): Phases {
+    return (this.db as unknown as { handlers: Phases }).handlers
+  }
+
+  /** Whether handlers other than the database service's own apply to `event` on `entity`. */
+  watch(event: 'CREATE' | 'UPSERT', entity: string): boolean {
+    const { before, after } = this.phases
+    if (before.length + after.length !== this.size) {
+      this.size = before.length + after.length
+      this.watched.clear()
+    }
+    const key = `${event} ${entity}`
+    let watched = this.watched.get(key)
+    if (watched === undefined) {
+      const req = { event, path: entity, entity }
+      watched = [...before, ...after].some(h => !this.own.has(h) && (h as Matching).for(req))
+      this.watched.set(key, watched)
+    }
+    return watched
+  }
 }

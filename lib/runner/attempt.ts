@@ -19,12 +19,13 @@ export type Prepared = { message: DecodedMessage; outcome?: undefined } | { outc
 export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
   let message: DecodedMessage
   try {
-    message = decode(row.msg, row.target)
+    message = decode(row.msg, row.serviceOfOldRow ?? row.target)
   } catch (e) {
     return { outcome: { kind: 'dead', error: e, attempts: Math.max(row.attempts, queue.maxAttempts) } }
   }
+  // Attempts written by someone else (an operator, CAP's runner) or a lowered maxAttempts: already a dead letter.
   if (isDeadLetter(row.attempts, queue)) {
-    return { outcome: { kind: 'dead', error: row.lastError ?? 'maxAttempts reached', attempts: row.attempts }, message }
+    return { outcome: { kind: 'dead', error: row.lastError ?? 'maxAttempts reached', attempts: row.attempts, silent: true }, message }
   }
   // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
   if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }

@@ -1,6 +1,6 @@
 import type cds from '@sap/cds'
 import { hasHandlerFor } from '../cap/handlers'
-import { encode, type DecodedMessage, type Dispatchable } from '../codec'
+import { encode, type DecodedMessage, type Dispatchable, type Encoded } from '../codec'
 import { errorData } from '../failures'
 
 /**
@@ -20,7 +20,7 @@ export function callbackFor(
   srv: cds.Service,
   message: DecodedMessage,
   outcome: { succeeded: unknown } | { failed: unknown }
-): string | undefined {
+): Encoded | undefined {
   const { request } = message
   if (isCallback(request.event)) return undefined
   const event = request.event + ('succeeded' in outcome ? SUCCEEDED : FAILED)

@@ -67,7 +67,8 @@ export class Lease {
 
 /**
  * Renews the leases of the messages one slot runs (a message, or a batch of one queue), in one short transaction
- * every third of `timeout`: a renewal per message would compete with the batch for connections and fall behind.
+ * every third of `timeout`: a renewal per message would compete with the batch for connections and fall behind. The
+ * first renewal comes sooner where the claim's lease (`leaseUntil`) is shorter than `timeout` (claims at enqueue).
  */
 export class Renewals {
   private readonly leases = new Set<Lease>()
@@ -76,12 +77,13 @@ export class Renewals {
 
   constructor(
     private readonly timeout: number,
-    private readonly store: Store
+    private readonly store: Store,
+    private readonly leaseUntil: number
   ) {}
 
   add(lease: Lease): void {
     this.leases.add(lease)
-    if (!this.timer) this.schedule(this.interval)
+    if (!this.timer) this.schedule(Math.min(this.interval, (this.leaseUntil - Date.now()) / 2))
   }
 
   delete(lease: Lease): void {
@@ -95,7 +97,7 @@ export class Renewals {
 
   private schedule(delay: number): void {
     clearTimeout(this.timer)
-    this.timer = this.leases.size ? setTimeout(() => void this.renew(), delay).unref() : undefined
+    this.timer = this.leases.size ? setTimeout(() => void this.renew(), Math.max(1, delay)).unref() : undefined
   }
 
   private async renew(): Promise<void> {

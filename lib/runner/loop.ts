@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { MessageRow, QueueSettings } from '../interfaces'
+import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type Store } from '../store'
 import type { Monitor } from './monitor'
@@ -25,6 +25,9 @@ export interface LoopHost {
   readonly stopping: boolean
   /** Handlers are running. */
   readonly busy: boolean
+  /** The claims of running handlers, and the IDs of messages claimed at enqueue that have not started yet. */
+  readonly leases: Set<{ claim: Claim }>
+  readonly reserved: Set<string>
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
   handBack(rows: MessageRow[], claimedBy: string): Promise<void>
@@ -48,6 +51,7 @@ export class Loop {
   private timer: NodeJS.Timeout | undefined
   private claimFailures = 0
   private lastClaimAt = 0
+  private reconciledAt = 0
   private idleWaiters: (() => void)[] = []
 
   constructor(
@@ -92,6 +96,7 @@ export class Loop {
   private async pump(): Promise<void> {
     let failed: unknown
     try {
+      await this.reconcile().catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
       do {
         this.again = false
         await this.claimWhileFree()
@@ -167,6 +172,28 @@ export class Loop {
     const log = this.claimFailures === 1 ? LOG.error : LOG.warn
     log(`claiming messages failed (${this.claimFailures}x), retrying in ${delay} ms:`, error)
     this.plan(delay)
+  }
+
+  /**
+   * Brings the table's index columns in line with CAP's columns where others wrote them (see Store.reconcile), and
+   * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
+   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
+   */
+  private async reconcile(): Promise<void> {
+    const now = Date.now()
+    if (!this.host.started || now - this.reconciledAt < this.limits.pollInterval) return
+    this.reconciledAt = now
+    const { store, queues, claimLease, owner } = this.host
+    const changed = await inOwnTransaction(() => store.reconcile(queues.attemptLimits(), now, claimLease))
+    const inOurName = await inOwnTransaction(() => store.claimsOf([owner, `${owner}:enqueued`]))
+    const held = new Set([...this.host.leases].map(l => l.claim.ID))
+    // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
+    const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !this.host.reserved.has(c.ID))
+    if (orphans.length) {
+      LOG.info(`handing back ${orphans.length} messages claimed in this process's name that it does not hold (rows restored from a copy?)`)
+      await inOwnTransaction(() => store.release(orphans, new Date(now)))
+    }
+    if (changed + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed} rows written by others, handed back ${orphans.length}`)
   }
 
   /** Nothing to claim and nothing running: tell flush() and plan the next pass. */

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { newMessage, timestampAt, CorruptMessage, type DecodedMessage } from '../codec'
-import { isProgrammingError, isUnrecoverable, storedError } from '../failures'
+import { errorLine, isProgrammingError, isUnrecoverable, storedError } from '../failures'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
 import { isDeadLetter } from '../store/rules'
 import { inOwnTransaction, type Store } from '../store'
@@ -73,7 +73,7 @@ export async function succeeded(
     LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
   }
   const callback = callbackFor(srv, message, { succeeded: result })
-  if (callback) await store.insert(newMessage(row.target, callback))
+  if (callback) await store.insert(newMessage(queue.name, callback))
 }
 
 /**
@@ -81,7 +81,6 @@ export async function succeeded(
  * a retry, a dead letter with its `#failed` callback, or a row handed back unprocessed. Each in one short transaction.
  */
 export async function recordOutcome(
-  row: MessageRow,
   claim: Claim,
   outcome: Outcome,
   message: DecodedMessage | undefined,
@@ -90,18 +89,19 @@ export async function recordOutcome(
 ): Promise<void> {
   if (outcome.kind === 'succeeded' || outcome.kind === 'lost') return
   const now = Date.now()
+  const described = { service: message?.serviceName, event: message?.request.event }
   await inOwnTransaction(async () => {
     if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt))
-    const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength) : null
+    const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
-    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now))
+    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now, false, described))
     const leaveKey = queue.orderingOnDeadLetter === 'continue'
-    const recorded = await store.fail(claim, outcome.attempts, lastError, null, now, leaveKey)
-    if (recorded && message) await writeFailedCallback(row, message, outcome.error, store)
+    const recorded = await store.fail(claim, outcome.attempts, lastError, null, now, leaveKey, described)
+    if (recorded && message && !outcome.silent) await writeFailedCallback(queue, message, outcome.error, store)
   })
 }
 
-async function writeFailedCallback(row: MessageRow, message: DecodedMessage, error: unknown, store: Store): Promise<void> {
+async function writeFailedCallback(queue: QueueSettings, message: DecodedMessage, error: unknown, store: Store): Promise<void> {
   let srv: cds.Service
   try {
     srv = cds.unqueued(await cds.connect.to(message.serviceName))
@@ -109,7 +109,7 @@ async function writeFailedCallback(row: MessageRow, message: DecodedMessage, err
     return // no such service: nobody can listen for its callbacks
   }
   const callback = callbackFor(srv, message, { failed: error })
-  if (callback) await store.insert(newMessage(row.target, callback))
+  if (callback) await store.insert(newMessage(queue.name, callback))
 }
 
 export function logOutcome(row: MessageRow, outcome: Outcome): void {
@@ -119,7 +119,9 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       LOG._debug && LOG.debug(`${what} processed`)
       break
     case 'retry':
-      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms:`, outcome.error)
+      // one line per retry: the stack is in lastError, and in the debug log
+      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms: ${errorLine(outcome.error)}`)
+      LOG._debug && LOG.debug(`${what} failed:`, outcome.error)
       break
     case 'dead':
       if (isProgrammingError(outcome.error)) LOG.error(`${what}: programming error in the handler, moved to dead letters:`, outcome.error)

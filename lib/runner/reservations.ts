@@ -9,11 +9,23 @@ import type { Slots } from './slots'
  * the enqueue (reserve a slot, write the claimed row, watch the transaction) and the run after commit.
  */
 
+/**
+ * How long a message claimed at enqueue stays claimed until its handler starts (then its lease is renewed like any):
+ * if the process dies between commit and run, another takes the message over after this, not after `timeout`.
+ */
+const ENQUEUE_LEASE = 30_000
+
+export function enqueueLease(queue: QueueSettings): number {
+  return Math.min(ENQUEUE_LEASE, queue.timeout)
+}
+
 /** What claiming at enqueue needs of the runner. */
 export interface ReservationHost {
   readonly store: Store
   readonly owner: string
   readonly slots: Slots
+  /** IDs of the messages written claimed at enqueue that have not started or gone back yet. */
+  readonly reserved: Set<string>
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
@@ -35,9 +47,11 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
   if (!host.running || !host.slots.reserve(queue)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = Date.now()
+  host.reserved.add(message.ID)
   try {
-    await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + queue.timeout)
+    await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
   } catch (e) {
+    host.reserved.delete(message.ID)
     host.slots.unreserve()
     throw e
   }
@@ -54,7 +68,10 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
     host.slots.commitReservation()
     runAfterCommit(host, row, claimedBy, queue)
   }))
-  context.on('failed', settle(() => host.slots.unreserve()))
+  context.on('failed', settle(() => {
+    host.reserved.delete(message.ID)
+    host.slots.unreserve()
+  }))
   return true
 }
 
@@ -67,8 +84,15 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   setImmediate(() => {
     cds.context = undefined
     host.slots.endReservation()
-    const stale = Date.now() - row.claimedAt > queue.timeout / 3
-    if (!host.running || stale) void host.handBack([row], claimedBy).then(() => host.wake())
-    else host.run(queue, [row], claimedBy, true)
+    const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
+    if (!host.running || stale) {
+      void host.handBack([row], claimedBy).then(() => {
+        host.reserved.delete(row.ID)
+        host.wake()
+      })
+    } else {
+      host.run(queue, [row], claimedBy, true)
+      host.reserved.delete(row.ID)
+    }
   })
 }

@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { randomBytes } from 'crypto'
 import { hostname } from 'os'
+import { Watchers } from '../cap/handlers'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
@@ -25,10 +26,13 @@ export class Runner {
   readonly monitor = new Monitor()
   readonly slots: Slots
   readonly leases = new Set<Lease>()
+  /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
+  readonly reserved = new Set<string>()
   readonly queues: QueueRegistry
   private readonly loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
   private storeInstance: Store | undefined
+  private watchers: Watchers | undefined
   private notifier: Notifier | undefined
   private stopped: Promise<void> | undefined
   started = false
@@ -44,7 +48,12 @@ export class Runner {
   /** The store needs the database kind, known only once `cds.db` is connected. */
   get store(): Store {
     if (!cds.db) throw new Error('cds-event-queues: no database connected (cds.db) for the persistent queue')
-    return (this.storeInstance ??= new Store(cds.db.kind, this.settings.appid))
+    return (this.storeInstance ??= new Store(cds.db.kind, this.settings.appid, this.watchers))
+  }
+
+  /** The database service connected: what handlers it has now are its own (see `Watchers`). */
+  connected(db: cds.DatabaseService): void {
+    if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
   }
 
   /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before they run. */

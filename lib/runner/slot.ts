@@ -4,6 +4,7 @@ import { inOwnTransaction, type Store } from '../store'
 import { claimOf } from '../store/rules'
 import { attempt, type AttemptResult } from './attempt'
 import { attemptBatch, type BatchEntry } from './batch'
+import { enqueueLease } from './reservations'
 import { AttemptAborted, Lease, Renewals } from './lease'
 import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
@@ -41,20 +42,20 @@ interface Entry {
  * were written claimed at enqueue, with their queue's lease already (see reservations.ts).
  */
 export async function runSlot(host: SlotHost, queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): Promise<void> {
-  const renewals = new Renewals(queue.timeout, host.store)
+  const leaseUntil = rows[0].claimedAt + (reserved ? enqueueLease(queue) : queue.timeout)
+  const renewals = new Renewals(queue.timeout, host.store, leaseUntil)
   const entries: Entry[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals), started: false }))
   let handBack: NodeJS.Timeout | undefined
+  // Held from now on, for shutdown and for the loop's check of claims in this process's name.
+  for (const { lease } of entries) host.leases.add(lease)
   try {
     // Claimed while shutdown began: hand them back unstarted.
     if (host.stopping) return await host.handBack(rows, claimedBy)
     if (!reserved && queue.timeout !== host.claimLease) {
       const claims = entries.map(e => e.lease.claim)
-      await inOwnTransaction(() => host.store.renewAll(claims, rows[0].claimedAt + queue.timeout))
+      await inOwnTransaction(() => host.store.renewAll(claims, leaseUntil))
     }
-    for (const { lease } of entries) {
-      host.leases.add(lease)
-      lease.start()
-    }
+    for (const { lease } of entries) lease.start()
     if (entries.length > 1) handBack = setTimeout(() => handBackRest(host, entries, claimedBy), SLOT_TIME)
     const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
     if (!results) {
@@ -91,7 +92,7 @@ async function settle(host: SlotHost, queue: QueueSettings, row: MessageRow, lea
   const outcome = interrupted(result.outcome, lease.signal)
   logOutcome(row, outcome)
   try {
-    await recordOutcome(row, lease.claim, outcome, result.message, queue, host.store)
+    await recordOutcome(lease.claim, outcome, result.message, queue, host.store)
     host.monitor.emit('outcome', { ID: row.ID, target: row.target, kind: outcome.kind })
   } catch (e) {
     LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e)

@@ -1,13 +1,15 @@
 import cds from '@sap/cds'
 import type { Result } from '../cap/drivers'
+import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
 import type { Claim, MessageRow, NewMessage } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
-import { iso, messageRow, millis, type RawRow } from './rows'
-import { ownRowsSql, TABLE, type Fragment } from './rules'
+import { iso, messageRow, millis, newRow, type RawRow } from './rows'
+import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
 import * as statements from './statements'
+import type { Described } from './statements'
 
 export type { DatabaseTransaction } from '../cap/transactions'
 
@@ -37,13 +39,22 @@ export class Store {
   /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
   private readonly own: Fragment
   private readonly ownE: Fragment
+  /** This app's rows from before CAP had `appid` (see `oldRowsSql`), claimed while there are any. */
+  private readonly old: Fragment | undefined
+  private oldRowsLeft = true
   /** Transactions that already signal other processes on commit (see `signalOthers`). */
   private readonly signalled = new WeakSet<object>()
 
-  constructor(kind: string | undefined, private readonly appid: string | undefined) {
+  constructor(
+    kind: string | undefined,
+    private readonly appid: string | undefined,
+    /** Handlers others registered on the table: while there are any, new rows are written through CAP, for them. */
+    private readonly watchers?: Watchers
+  ) {
     this.dialect = dialectFor(kind)
     this.own = ownRowsSql(appid)
     this.ownE = ownRowsSql(appid, 'e.')
+    this.old = oldRowsSql(appid)
   }
 
   /** The statement a dedicated connection runs to be told of new messages; undefined where only polling works. */
@@ -72,9 +83,15 @@ export class Store {
     return { rows: [], changes: typeof result === 'number' ? result : ((result as { changes?: number })?.changes ?? 0) }
   }
 
+  /** Whether handlers others registered on the table want to see `event` writes (see `Watchers`). */
+  private watched(event: 'CREATE' | 'UPSERT'): boolean {
+    return !!this.watchers?.watch(event, ENTITY)
+  }
+
   /** Writes a new message in the current transaction. */
   async insert(message: NewMessage): Promise<void> {
-    await this.changes(statements.insert(message, this.appid ?? null))
+    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, this.appid ?? null))
+    else await this.changes(statements.insert(message, this.appid ?? null))
     await this.signalOthers()
   }
 
@@ -83,7 +100,8 @@ export class Store {
    * the commit. No other process needs to hear of it; if this one dies first, the lease expires and any takes it.
    */
   async insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void> {
-    await this.changes(statements.insertClaimed(message, this.appid ?? null, claim, leaseUntil))
+    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, this.appid ?? null, claim, leaseUntil))
+    else await this.changes(statements.insertClaimed(message, this.appid ?? null, claim, leaseUntil))
   }
 
   /**
@@ -105,7 +123,10 @@ export class Store {
    * claim reset, so re-scheduling also revives a dead letter. A run in progress finds out when it completes.
    */
   async upsertTask(message: NewMessage): Promise<void> {
-    await this.changes(statements.upsertTask(message, this.appid ?? null))
+    if (this.watched('UPSERT')) {
+      const reset = { attempts: 0, lastError: null, status: null, claimedBy: null, claimedAt: null }
+      await UPSERT.into(ENTITY).entries({ ...newRow(message, this.appid ?? null), ...reset })
+    } else await this.changes(statements.upsertTask(message, this.appid ?? null))
     await this.signalOthers()
   }
 
@@ -121,10 +142,23 @@ export class Store {
    */
   async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
     const claimedAt = iso(now)
-    await this.changes(statements.claim(this.own, this.ownE, this.dialect.skipLocked, owner, claimedAt, leaseUntil, limit, skipTargets))
+    const { skipLocked } = this.dialect
+    let claimed = await this.changes(statements.claim(this.own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit, skipTargets))
+    if (claimed < limit && this.old && this.oldRowsLeft) {
+      const old = await this.changes(statements.claim(this.old, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit - claimed, skipTargets))
+      if (old === 0) this.oldRowsLeft = false
+      claimed += old
+    }
+    if (claimed === 0) return []
     const rows = await this.rows<RawRow>(statements.claimedRows(this.dialect, owner, claimedAt))
     const handedBack = this.dialect.keyLock ? await this.keysTakenMeanwhile(rows, owner, now) : new Set<string>()
-    return rows.filter(r => !handedBack.has(r.ID)).map(messageRow)
+    return rows.filter(r => !handedBack.has(r.ID)).map(r => this.messageRow(r))
+  }
+
+  /** A claimed row for the runner; an old row without `appid` is for the service its target names (CAP 10's rule). */
+  private messageRow(raw: RawRow): MessageRow {
+    const row = messageRow(raw)
+    return this.appid && row.appid === null ? { ...row, serviceOfOldRow: serviceOfOldRow(row.target, this.appid) } : row
   }
 
   /**
@@ -176,8 +210,8 @@ export class Store {
    * Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. A dead letter that must
    * not hold back its ordering key (`leaveKey`) leaves it: the key's later messages then run.
    */
-  async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey = false): Promise<boolean> {
-    return (await this.changes(statements.fail(claim, attempts, lastError, dueAt, now, leaveKey))) === 1
+  async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean> {
+    return (await this.changes(statements.fail(claim, attempts, lastError, dueAt, now, leaveKey, described))) === 1
   }
 
   /**
@@ -195,8 +229,29 @@ export class Store {
 
   /** Moves the leases of `claims` (of one claim, as a slot's are) to `until`; the IDs of those still held. */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const rows = await this.rows<{ ID: string }>(statements.renew(claims, until))
+    const rows = await this.rows<{ ID: string }>(statements.renew(claims, until, Date.now()))
     return new Set(rows.map(r => r.ID))
+  }
+
+  /**
+   * Brings the plugin's index columns in line with CAP's columns where others wrote them (see rules.ts): dead letters
+   * with attempts below their queue's limit again become due; rows another writer released lose their claim; rows
+   * another runner holds get a lease of `timeout`. The number of rows changed.
+   */
+  async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
+    const { skipLocked } = this.dialect
+    let changed = await this.changes(statements.resurrect(this.own, limits, skipLocked, now))
+    changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
+    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout))
+    // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
+    this.oldRowsLeft = !!this.old
+    return changed
+  }
+
+  /** The claims held in the names `owners` according to the table. */
+  async claimsOf(owners: string[]): Promise<Claim[]> {
+    const rows = await this.rows<{ ID: string; claimedBy: string; claimedAt: unknown }>(statements.claimsOf(this.dialect, owners))
+    return rows.map(r => ({ ID: r.ID, claimedBy: r.claimedBy, claimedAt: millis(r.claimedAt) }))
   }
 
   /**

@@ -1,4 +1,4 @@
-import type { MessageRow } from '../interfaces'
+import type { Claim, MessageRow, NewMessage } from '../interfaces'
 
 /** Decoding rows as the drivers return them. */
 
@@ -23,4 +23,15 @@ export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt'> {
 
 export function messageRow({ orderingKey: _k, keyLocked: _l, ...r }: RawRow): MessageRow {
   return { ...r, attempts: Number(r.attempts ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
+}
+
+/**
+ * A new row as CQL writes it, in CAP's shape: no `attempts` (the column's default), as CAP's queue inserts it, so
+ * handlers on the table count it as new. `claim` writes it already claimed until `leaseUntil`.
+ */
+export function newRow(message: NewMessage, appid: string | null, claim?: Claim, leaseUntil?: number): Record<string, unknown> {
+  const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
+  const row: Record<string, unknown> = { ID, timestamp, target, msg, task: task ?? null, appid, dueAt: iso(dueAt), orderingKey: orderingKey ?? null, service: service ?? null, event: event ?? null }
+  if (!claim) return row
+  return { ...row, status: 'processing', claimedBy: claim.claimedBy, claimedAt: iso(claim.claimedAt), lastAttemptTimestamp: iso(claim.claimedAt), dueAt: iso(leaseUntil ?? claim.claimedAt) }
 }

@@ -2,12 +2,27 @@ import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 
 /**
  * The rules every part of the plugin applies to rows of `cds.outbox.Messages` — the store's SQL, the runner and the
- * operator service's CQL — defined once: which rows are this app's, which are dead letters, what releasing a claim
- * writes.
+ * operator service's CQL — defined once.
+ *
+ * CAP's columns are the truth, with CAP's meaning: `attempts` at or above the `maxAttempts` of the row's queue is a
+ * dead letter; `status = 'processing'` is held by a runner; otherwise the row is pending, first due at `timestamp`.
+ * The plugin's columns are an index of that truth for its claim: `dueAt` is when the row may be claimed next (while
+ * claimed: when the lease expires; null for a dead letter), `claimedBy`/`claimedAt` who holds it. Whoever else writes
+ * CAP's columns (CAP's dead letter recipe, an operator script, CAP's own runner during a rolling upgrade) leaves the
+ * index behind; the runner's reconciliation (Store.reconcile) brings it in line again.
  */
 
 export const TABLE = 'cds_outbox_Messages'
 export const ENTITY = 'cds.outbox.Messages'
+
+/** What a runner writes into `status` while it holds a row (CAP's value). */
+export const PROCESSING = 'processing'
+
+/**
+ * `claimedBy` of a row another runner holds (`status = 'processing'` without a claim of this plugin, e.g. CAP's own
+ * runner): the plugin leaves it alone for a lease, as for its own claims, then takes it over.
+ */
+export const FOREIGN_CLAIM = 'another queue runner'
 
 /** A piece of SQL with its parameters. */
 export interface Fragment {
@@ -16,15 +31,32 @@ export interface Fragment {
 }
 
 type Cqn = { xpr: unknown[] }
+const ref = (name: string) => ({ ref: [name] })
+const val = (value: unknown) => ({ val: value })
 
 /** Which rows this app owns: CAP's `appid` lets several apps share one table. `alias` qualifies the column. */
 export function ownRowsSql(appid: string | undefined, alias = ''): Fragment {
   return appid ? { sql: `${alias}appid = ?`, params: [appid] } : { sql: `${alias}appid IS NULL`, params: [] }
 }
 
+/**
+ * Rows of this app written before CAP had `appid`: no `appid`, the app's name as the prefix of `target` (CAP 10
+ * processes them as its own). Undefined without an `appid`: then every row without one is this app's anyway.
+ */
+export function oldRowsSql(appid: string | undefined, alias = ''): Fragment | undefined {
+  if (!appid) return undefined
+  const prefix = appid.replace(/[\\%_]/g, c => '\\' + c)
+  return { sql: `${alias}appid IS NULL AND ${alias}target LIKE ? ESCAPE '\\'`, params: [prefix + '%'] }
+}
+
+/** The service an old row is for when its `msg` does not say: its target without the app's prefix (CAP 10's rule). */
+export function serviceOfOldRow(target: string, appid: string | undefined): string {
+  return appid && target.startsWith(appid) ? target.slice(appid.length) : target
+}
+
 /** `ownRowsSql` as a CQN condition, for the operator service's queries. */
 export function ownRowsCqn(appid: string | undefined): Cqn {
-  return { xpr: appid ? [{ ref: ['appid'] }, '=', { val: appid }] : [{ ref: ['appid'] }, 'is', 'null'] }
+  return { xpr: appid ? [ref('appid'), '=', val(appid)] : [ref('appid'), 'is', 'null'] }
 }
 
 /** A message is a dead letter once its attempts reach the `maxAttempts` of its queue. */
@@ -33,9 +65,47 @@ export function isDeadLetter(attempts: number, queue: QueueSettings): boolean {
 }
 
 /**
- * How the store marks a dead letter: no due time, so no claim ever takes it. Rows without a due time are dead letters
- * only where `isDeadLetter` holds as well (a row's queue may have raised its `maxAttempts` since).
+ * The queues' attempt limits as the database sees them: the `target`s with each limit, and the limit of every other
+ * target (the default queue's, as `QueueRegistry.forTarget` applies it).
  */
+export interface AttemptLimits {
+  byLimit: Map<number, string[]>
+  otherwise: number
+}
+
+/** `isDeadLetter` as SQL over `attempts` and `target`, for every queue at once. */
+export function deadLettersSql({ byLimit, otherwise }: AttemptLimits, dead = true): Fragment {
+  const terms: string[] = []
+  const params: unknown[] = []
+  const known: string[] = []
+  const op = dead ? '>=' : '<'
+  for (const [limit, targets] of byLimit) {
+    terms.push(`(target IN (${targets.map(() => '?').join(', ')}) AND attempts ${op} ?)`)
+    params.push(...targets, limit)
+    known.push(...targets)
+  }
+  terms.push(`(${known.length ? `target NOT IN (${known.map(() => '?').join(', ')}) AND ` : ''}attempts ${op} ?)`)
+  params.push(...known, otherwise)
+  return { sql: `(${terms.join(' OR ')})`, params }
+}
+
+/** `isDeadLetter` as a CQN condition over `attempts` and `target`; `dead: false` selects the rows that are not. */
+export function deadLettersCqn({ byLimit, otherwise }: AttemptLimits, dead = true): Cqn {
+  const op = dead ? '>=' : '<'
+  const terms: unknown[] = []
+  const known: string[] = []
+  for (const [limit, targets] of byLimit) {
+    if (terms.length) terms.push('or')
+    terms.push({ xpr: [ref('target'), 'in', { list: targets.map(val) }, 'and', ref('attempts'), op, val(limit)] })
+    known.push(...targets)
+  }
+  if (terms.length) terms.push('or')
+  const others = known.length ? [ref('target'), 'not', 'in', { list: known.map(val) }, 'and'] : []
+  terms.push({ xpr: [...others, ref('attempts'), op, val(otherwise)] })
+  return { xpr: terms }
+}
+
+/** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
 
 /** What handing a claimed row back writes: nobody holds it. */

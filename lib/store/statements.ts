@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { TABLE, UNCLAIMED, type Fragment } from './rules'
+import { deadLettersSql, FOREIGN_CLAIM, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -53,23 +53,27 @@ function keyIsFree(ownE: Fragment, now: string): Fragment {
   }
 }
 
-const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey'
-const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?'
+const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey, service, event'
+const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?'
 
 function insertParams(message: NewMessage, appid: string | null): unknown[] {
-  const { ID, timestamp, target, msg, task, dueAt, orderingKey } = message
-  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null]
+  const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
+  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null, service ?? null, event ?? null]
 }
 
 export function insert(message: NewMessage, appid: string | null): Fragment {
   return { sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (${INSERT_VALUES})`, params: insertParams(message, appid) }
 }
 
-/** A new row already claimed by `claim` until `leaseUntil`. */
+/**
+ * A new row already claimed by `claim` until `leaseUntil`; `lastAttemptTimestamp` is the claim's time, so CAP's
+ * runner (which takes over 'processing' rows after its `timeout` from there) sees it held as well.
+ */
 export function insertClaimed(message: NewMessage, appid: string | null, claim: Claim, leaseUntil: number): Fragment {
   return {
-    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}, status, claimedBy, claimedAt) VALUES (${INSERT_VALUES}, 'processing', ?, ?)`,
-    params: [...insertParams({ ...message, dueAt: new Date(leaseUntil) }, appid), claim.claimedBy, iso(claim.claimedAt)]
+    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}, status, claimedBy, claimedAt, lastAttemptTimestamp)
+      VALUES (${INSERT_VALUES}, '${PROCESSING}', ?, ?, ?)`,
+    params: [...insertParams({ ...message, dueAt: new Date(leaseUntil) }, appid), claim.claimedBy, iso(claim.claimedAt), iso(claim.claimedAt)]
   }
 }
 
@@ -79,6 +83,7 @@ export function upsertTask(message: NewMessage, appid: string | null): Fragment 
   return {
     sql: `${row.sql} ON CONFLICT (ID) DO UPDATE SET timestamp = excluded.timestamp, target = excluded.target,
       msg = excluded.msg, task = excluded.task, appid = excluded.appid, dueAt = excluded.dueAt, attempts = 0,
+      service = excluded.service, event = excluded.event,
       lastError = NULL, ${UNCLAIMED.sql}`,
     params: row.params
   }
@@ -90,20 +95,21 @@ export function deleteRow(ID: string): Fragment {
 
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
- * ordering key is busy. A row whose previous lease expired counts that lost attempt.
+ * ordering key is busy. A row whose previous lease expired counts that lost attempt. A row another runner set to
+ * 'processing' without a claim of this plugin is left alone until the reconciliation has given it a lease of its own
+ * (`Store.reconcile`). `lastAttemptTimestamp` is the claim's time, so CAP's runner sees the row held.
  */
 export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Fragment {
   const free = keyIsFree(ownE, claimedAt)
   const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
   return {
-    sql: `UPDATE ${TABLE} SET status = 'processing', claimedBy = ?, claimedAt = ?, dueAt = ?,
-        attempts = attempts + CASE WHEN status = 'processing' THEN 1 ELSE 0 END,
-        lastError = CASE WHEN status = 'processing'
-          THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
-        lastAttemptTimestamp = CASE WHEN status = 'processing' THEN claimedAt ELSE lastAttemptTimestamp END
-      WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${own.sql} AND r.dueAt <= ? ${skip} AND ${free.sql}
-        ORDER BY r.dueAt LIMIT ? ${skipLocked})`,
-    params: [owner, claimedAt, iso(leaseUntil), ...own.params, claimedAt, ...skipTargets, ...free.params, limit]
+    sql: `UPDATE ${TABLE} SET status = '${PROCESSING}', claimedBy = ?, claimedAt = ?, dueAt = ?, lastAttemptTimestamp = ?,
+        attempts = attempts + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END,
+        lastError = CASE WHEN status = '${PROCESSING}'
+          THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END
+      WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL)
+        ${skip} AND ${free.sql} ORDER BY r.dueAt LIMIT ? ${skipLocked})`,
+    params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit]
   }
 }
 
@@ -144,18 +150,31 @@ export function recur(claim: Claim, timestamp: string, dueAt: Date): Fragment {
   return whileHeld(`${UNCLAIMED.sql}, attempts = 0, lastError = NULL, timestamp = ?, dueAt = ?`, [timestamp, iso(dueAt)], [claim])
 }
 
-/** A failed attempt: due again at `dueAt`, or a dead letter (`dueAt` null); `leaveKey` clears its ordering key. */
-export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean): Fragment {
+/**
+ * A failed attempt: due again at `dueAt`, or a dead letter (`dueAt` null); `leaveKey` clears its ordering key. Rows
+ * written by others get the service and event of their message (`described`) on the way.
+ */
+export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Fragment {
   return whileHeld(
-    `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?${leaveKey ? ', orderingKey = NULL' : ''}`,
-    [attempts, lastError, iso(now), dueAt && iso(dueAt)],
+    `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?, service = COALESCE(service, ?),
+      event = COALESCE(event, ?)${leaveKey ? ', orderingKey = NULL' : ''}`,
+    [attempts, lastError, iso(now), dueAt && iso(dueAt), described.service ?? null, described.event ?? null],
     [claim]
   )
 }
 
-/** Moves the leases of `claims` to `until`, reading back the IDs still held. */
-export function renew(claims: Claim[], until: number): Fragment {
-  const update = whileHeld('dueAt = ?', [iso(until)], claims)
+/** The service and event of a message, as the table's `service` and `event` columns keep them. */
+export interface Described {
+  service?: string
+  event?: string
+}
+
+/**
+ * Moves the leases of `claims` to `until`, reading back the IDs still held; `lastAttemptTimestamp` follows, so CAP's
+ * runner keeps seeing a long handler's row held.
+ */
+export function renew(claims: Claim[], until: number, now: number): Fragment {
+  const update = whileHeld('dueAt = ?, lastAttemptTimestamp = ?', [iso(until), iso(now)], claims)
   return { sql: `${update.sql} RETURNING ID AS "ID"`, params: update.params }
 }
 
@@ -166,4 +185,51 @@ export function taskTimestamp(dialect: Dialect, ID: string): Fragment {
 /** When the next row of this app becomes due (or a lease expires) after `after`. */
 export function nextDue(dialect: Dialect, own: Fragment, after: number): Fragment {
   return { sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ?`, params: [...own.params, iso(after)] }
+}
+
+/**
+ * Reconciliation (see `Store.reconcile`): dead letters whose attempts are below their queue's limit again (CAP's
+ * recipe revives with `attempts = 0`; a raised `maxAttempts`) become due.
+ */
+export function resurrect(own: Fragment, limits: AttemptLimits, skipLocked: string, now: number): Fragment {
+  const alive = deadLettersSql(limits, false)
+  return reconciling('dueAt = ?', [iso(now)], { sql: `dueAt IS NULL AND status IS NULL AND ${own.sql} AND ${alive.sql}`, params: [...own.params, ...alive.params] }, skipLocked)
+}
+
+/**
+ * The UPDATEs of the reconciliation take their rows as the claim does: rows another runner holds locked (CAP's
+ * runner with legacyLocking keeps them locked while its handlers run) are skipped, not waited for.
+ */
+function reconciling(set: string, params: unknown[], where: Fragment, skipLocked: string): Fragment {
+  return {
+    sql: `UPDATE ${TABLE} SET ${set} WHERE ID IN (SELECT ID FROM ${TABLE} WHERE ${where.sql} ${skipLocked})`,
+    params: [...params, ...where.params]
+  }
+}
+
+/** Reconciliation: rows another writer released (`status` null) while this plugin's columns still name a claim. */
+export function releasedByOthers(own: Fragment, skipLocked: string, now: number): Fragment {
+  return reconciling(`${UNCLAIMED.sql}, dueAt = ?`, [iso(now)], { sql: `status IS NULL AND claimedBy IS NOT NULL AND ${own.sql}`, params: own.params }, skipLocked)
+}
+
+/**
+ * Reconciliation: rows another runner holds ('processing', no claim of this plugin) get a lease: left alone for
+ * `timeout`, or due at once when their `lastAttemptTimestamp` is older than that already (CAP's own rule).
+ */
+export function observeForeignClaims(own: Fragment, skipLocked: string, now: number, timeout: number): Fragment {
+  return reconciling(
+    'claimedBy = ?, claimedAt = ?, dueAt = CASE WHEN lastAttemptTimestamp IS NOT NULL AND lastAttemptTimestamp < ? THEN ? ELSE ? END',
+    [FOREIGN_CLAIM, iso(now), iso(now - timeout), iso(now), iso(now + timeout)],
+    { sql: `status IS NOT NULL AND claimedBy IS NULL AND ${own.sql}`, params: own.params },
+    skipLocked
+  )
+}
+
+/** Rows claimed in this process's name (its claims and its claims at enqueue), to compare with what it holds. */
+export function claimsOf(dialect: Dialect, owners: string[]): Fragment {
+  return {
+    sql: `SELECT ID AS "ID", claimedBy AS "claimedBy", ${dialect.isoText('claimedAt')} AS "claimedAt" FROM ${TABLE}
+      WHERE claimedBy IN (${owners.map(() => '?').join(', ')}) AND status = '${PROCESSING}'`,
+    params: owners
+  }
 }

@@ -94,7 +94,7 @@ describe('faults: bad input', () => {
   test('reviving a message that is not a dead letter answers 409 and leaves it as it is', async () => {
     await cds.tx(() => queued.emit('hold', {}))
     const pending = await waitFor(async () => (await SELECT.one.from(MESSAGES).where({ attempts: { '>=': 1 } })), { what: 'a failed attempt' })
-    const res = await app.axios.post(`/odata/v4/outbox-dead-letter-queue/DeadOutboxMessages(${pending.ID})/OutboxDeadLetterQueueService.revive`, {},
+    const res = await app.axios.post(`/odata/v4/event-queues/DeadOutboxMessages(${pending.ID})/EventQueuesService.revive`, {},
       { auth: { username: 'ops', password: 'ops' }, validateStatus: () => true })
     expect(res.status).toBe(409)
     expect(res.data.error.message).toMatch(/is not a dead letter/)

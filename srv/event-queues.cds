@@ -1,12 +1,13 @@
 using { cds.outbox.Messages } from '../db/outbox';
 
 /**
- * Operations on the event queue, under the names of CAP's dead letter queue recipe, so UIs and scripts written for
- * the recipe keep working. Served automatically (`cds.requires.dead-letter-queue`), restricted to `internal-user`
+ * Operations on the event queue: dead letters with CAP's `revive` and `delete`, bulk actions, pending messages and
+ * statistics. Named apart from CAP's dead letter queue recipe (`OutboxDeadLetterQueueService`), so an app that copied
+ * the recipe serves both. Served automatically (`cds.requires.dead-letter-queue`), restricted to `internal-user`
  * unless `cds.requires.dead-letter-queue.roles` says otherwise.
  */
 @requires: 'internal-user'
-service OutboxDeadLetterQueueService {
+service EventQueuesService {
 
   /** Messages whose attempts reached the `maxAttempts` of their own queue; they are not retried any more. */
   @readonly
@@ -15,6 +16,8 @@ service OutboxDeadLetterQueueService {
       ID,
       timestamp,
       target,
+      service,
+      event,
       task,
       attempts,
       lastError,
@@ -22,8 +25,6 @@ service OutboxDeadLetterQueueService {
       msg,
       appid
     }
-    where
-      dueAt is null
     actions {
       /** Resets the attempts and processes the message right away; `lastError` stays until the next attempt. */
       action revive();
@@ -37,6 +38,8 @@ service OutboxDeadLetterQueueService {
       ID,
       timestamp as waitingSince,
       target,
+      service,
+      event,
       task,
       attempts,
       dueAt,
@@ -46,13 +49,13 @@ service OutboxDeadLetterQueueService {
       lastAttemptTimestamp,
       msg,
       appid
-    }
-    where
-      dueAt is not null;
+    };
 
-  /** Counts per queue; `relayLag` is how long the oldest undelivered message has been waiting, in seconds. */
+  /** Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds. */
   type QueueStatistics {
     queue               : String;
+    service             : String;
+    event               : String;
     pending             : Integer;
     processing          : Integer;
     dead                : Integer;

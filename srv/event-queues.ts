@@ -2,7 +2,7 @@ import cds from '@sap/cds'
 import { requireRoles } from '../lib/cap/services'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { OperatorQueries, type DeadLetterFilter } from './dead-letters-queries'
+import { describeRows, OperatorQueries, type DeadLetterFilter } from './event-queues-queries'
 
 type Request = cds.Request & { params: unknown[] }
 
@@ -30,7 +30,7 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
 }
 
 /** Operations on the event queue: dead letters (CAP's recipe, plus bulk actions), pending messages, statistics. */
-export default class OutboxDeadLetterQueueService extends cds.ApplicationService {
+export default class EventQueuesService extends cds.ApplicationService {
   override async init(): Promise<void> {
     const { settings, runner } = eventQueues()
     const queries = new OperatorQueries(settings.queues, settings.appid)
@@ -50,14 +50,17 @@ export default class OutboxDeadLetterQueueService extends cds.ApplicationService
       return ID
     }
 
-    this.before('READ', 'DeadOutboxMessages', async (req: Request) => {
+    this.before('READ', 'DeadOutboxMessages', (req: Request) => {
       const query = req.query as unknown as { where(condition: object): unknown }
       query.where(queries.ownRows())
-      query.where(await queries.deadLetterCondition())
+      query.where(queries.deadLetters())
     })
     this.before('READ', 'PendingOutboxMessages', (req: Request) => {
-      ;(req.query as unknown as { where(condition: object): unknown }).where(queries.ownRows())
+      const query = req.query as unknown as { where(condition: object): unknown }
+      query.where(queries.ownRows())
+      query.where(queries.deadLetters(false))
     })
+    this.after('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (rows: unknown) => describeRows(rows))
 
     this.on('revive', 'DeadOutboxMessages', async (req: Request) => {
       const ID = await deadLetter(req)

@@ -1,4 +1,4 @@
-using { OutboxDeadLetterQueueService as ops } from './dead-letters';
+using { EventQueuesService as ops } from './event-queues';
 
 // Fiori elements list reports over the operations service work without further annotations.
 
@@ -9,24 +9,28 @@ annotate ops.DeadOutboxMessages with @(
     Title          : { Value: target },
     Description    : { Value: ID }
   },
-  UI.SelectionFields  : [target, task, lastAttemptTimestamp],
+  UI.SelectionFields  : [target, service, event, task, lastAttemptTimestamp],
   UI.LineItem         : [
     { Value: target, Label: 'Queue' },
+    { Value: service, Label: 'Service' },
+    { Value: event, Label: 'Event' },
     { Value: task, Label: 'Task' },
     { Value: timestamp, Label: 'Enqueued' },
     { Value: attempts, Label: 'Attempts' },
     { Value: lastAttemptTimestamp, Label: 'Last Attempt' },
     { Value: lastError, Label: 'Last Error' },
-    { $Type: 'UI.DataFieldForAction', Action: 'OutboxDeadLetterQueueService.revive', Label: 'Revive' },
-    { $Type: 'UI.DataFieldForAction', Action: 'OutboxDeadLetterQueueService.delete', Label: 'Delete' }
+    { $Type: 'UI.DataFieldForAction', Action: 'EventQueuesService.revive', Label: 'Revive' },
+    { $Type: 'UI.DataFieldForAction', Action: 'EventQueuesService.delete', Label: 'Delete' }
   ],
   UI.Identification   : [
-    { $Type: 'UI.DataFieldForAction', Action: 'OutboxDeadLetterQueueService.revive', Label: 'Revive' },
-    { $Type: 'UI.DataFieldForAction', Action: 'OutboxDeadLetterQueueService.delete', Label: 'Delete' }
+    { $Type: 'UI.DataFieldForAction', Action: 'EventQueuesService.revive', Label: 'Revive' },
+    { $Type: 'UI.DataFieldForAction', Action: 'EventQueuesService.delete', Label: 'Delete' }
   ],
   UI.FieldGroup #Message : { Data: [
     { Value: ID, Label: 'Message ID' },
     { Value: target, Label: 'Queue' },
+    { Value: service, Label: 'Service' },
+    { Value: event, Label: 'Event' },
     { Value: task, Label: 'Task' },
     { Value: timestamp, Label: 'Enqueued' },
     { Value: attempts, Label: 'Attempts' },
@@ -44,9 +48,11 @@ annotate ops.PendingOutboxMessages with @(
     Title          : { Value: target },
     Description    : { Value: ID }
   },
-  UI.SelectionFields : [target, status, task],
+  UI.SelectionFields : [target, service, event, status, task],
   UI.LineItem        : [
     { Value: target, Label: 'Queue' },
+    { Value: service, Label: 'Service' },
+    { Value: event, Label: 'Event' },
     { Value: task, Label: 'Task' },
     { Value: waitingSince, Label: 'Waiting Since' },
     { Value: dueAt, Label: 'Due' },
