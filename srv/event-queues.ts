@@ -1,5 +1,5 @@
 import cds from '@sap/cds'
-import { requireRoles } from '../lib/cap/services'
+import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
 import { describeRows, OperatorQueries, type DeadLetterFilter } from './event-queues-queries'
@@ -91,3 +91,6 @@ export default class EventQueuesService extends cds.ApplicationService {
     await super.init()
   }
 }
+
+// The bound action `delete` of DeadOutboxMessages (CAP's recipe's name for it) beside srv.delete, without CAP's warning.
+keepMethodBeside(EventQueuesService.prototype, 'delete')

@@ -242,7 +242,8 @@ export class Store {
     const { skipLocked } = this.dialect
     let changed = await this.changes(statements.resurrect(this.own, limits, skipLocked, now))
     changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
-    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout))
+    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
+    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed

@@ -214,13 +214,15 @@ export function releasedByOthers(own: Fragment, skipLocked: string, now: number)
 
 /**
  * Reconciliation: rows another runner holds ('processing', no claim of this plugin) get a lease: left alone for
- * `timeout`, or due at once when their `lastAttemptTimestamp` is older than that already (CAP's own rule).
+ * `timeout` (`expired: false`), or due at once when their `lastAttemptTimestamp` is older than that already
+ * (`expired: true`, CAP's own rule). Two statements: a parameter as the value of a CASE has no type on PostgreSQL.
  */
-export function observeForeignClaims(own: Fragment, skipLocked: string, now: number, timeout: number): Fragment {
+export function observeForeignClaims(own: Fragment, skipLocked: string, now: number, timeout: number, expired: boolean): Fragment {
+  const age = expired ? 'lastAttemptTimestamp IS NOT NULL AND lastAttemptTimestamp < ?' : '(lastAttemptTimestamp IS NULL OR lastAttemptTimestamp >= ?)'
   return reconciling(
-    'claimedBy = ?, claimedAt = ?, dueAt = CASE WHEN lastAttemptTimestamp IS NOT NULL AND lastAttemptTimestamp < ? THEN ? ELSE ? END',
-    [FOREIGN_CLAIM, iso(now), iso(now - timeout), iso(now), iso(now + timeout)],
-    { sql: `status IS NOT NULL AND claimedBy IS NULL AND ${own.sql}`, params: own.params },
+    'claimedBy = ?, claimedAt = ?, dueAt = ?',
+    [FOREIGN_CLAIM, iso(now), iso(expired ? now : now + timeout)],
+    { sql: `status IS NOT NULL AND claimedBy IS NULL AND ${age} AND ${own.sql}`, params: [iso(now - timeout), ...own.params] },
     skipLocked
   )
 }

@@ -3,6 +3,8 @@ const os = require('os')
 const path = require('path')
 
 const APP = path.join(__dirname, '..', 'app')
+/** The second test app: written as a CAP developer writes one from capire, CAP's dead letter recipe copied in. */
+const CAPIRE_APP = path.join(__dirname, '..', 'capire-app')
 
 function isObject(x) {
   return x && typeof x === 'object' && !Array.isArray(x)
@@ -36,19 +38,19 @@ function suiteDatabase(dbFile) {
 }
 
 /**
- * Starts the test app with cds.test on its own database, with `config` merged over the app's package.json.
- * Must be called at the top of a suite, before cds.env is read. `dbFile`/`deploy: false` (a suite preparing its
- * SQLite file itself) are SQLite-only: such suites are named *.sqlite.test.js and do not run on PostgreSQL.
+ * Starts the test app (or `app`) with cds.test on its own database, with `config` merged over the app's
+ * package.json. Must be called at the top of a suite, before cds.env is read. `dbFile`/`deploy: false` (a suite
+ * preparing its SQLite file itself) are SQLite-only: such suites are named *.sqlite.test.js and do not run on PostgreSQL.
  */
-function startApp(config = {}, { dbFile, deploy = true } = {}) {
+function startApp(config = {}, { dbFile, deploy = true, app = APP } = {}) {
   const { db, database } = suiteDatabase(dbFile)
   process.env.CDS_CONFIG = JSON.stringify(merge({ requires: { db } }, config))
   process.env.TEST_APP_DEPLOY = deploy ? 'yes' : 'no'
   const cds = require('@sap/cds')
-  const test = cds.test(APP)
+  const test = cds.test(app)
   if (database) test.database = database
   else test.dbFile = db.credentials.url
   return test
 }
 
-module.exports = { APP, startApp, newDatabaseFile, merge, onPostgres }
+module.exports = { APP, CAPIRE_APP, startApp, newDatabaseFile, merge, onPostgres }
