@@ -184,15 +184,16 @@ export class Loop {
     if (!this.host.started || now - this.reconciledAt < this.limits.pollInterval) return
     this.reconciledAt = now
     const { store, queues, claimLease, owner } = this.host
-    const changed = await inOwnTransaction(() => store.reconcile(queues.attemptLimits(), now, claimLease))
-    const inOurName = await inOwnTransaction(() => store.claimsOf([owner, `${owner}:enqueued`]))
-    const held = new Set([...this.host.leases].map(l => l.claim.ID))
-    // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
-    const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !this.host.reserved.has(c.ID))
-    if (orphans.length) {
-      LOG.info(`handing back ${orphans.length} messages claimed in this process's name that it does not hold (rows restored from a copy?)`)
-      await inOwnTransaction(() => store.release(orphans, new Date(now)))
-    }
+    const { changed, orphans } = await inOwnTransaction(async () => {
+      const changed = await store.reconcile(queues.attemptLimits(), now, claimLease)
+      const inOurName = await store.claimsOf([owner, `${owner}:enqueued`])
+      const held = new Set([...this.host.leases].map(l => l.claim.ID))
+      // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
+      const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !this.host.reserved.has(c.ID))
+      if (orphans.length) await store.release(orphans, new Date(now))
+      return { changed, orphans }
+    })
+    if (orphans.length) LOG.info(`handed back ${orphans.length} messages claimed in this process's name that it does not hold (rows restored from a copy?)`)
     if (changed + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed} rows written by others, handed back ${orphans.length}`)
   }
 
