@@ -37,4 +37,16 @@ describe('appid', () => {
     expect(handled).toEqual([1])
     expect((await SELECT.from(MESSAGES)).map(r => r.appid)).toEqual(['other-app'])
   })
+
+  test("a row from before appid (appid null, target '<appid><service>', no service in msg) is processed for that service, as CAP 10 does", async () => {
+    const handled = []
+    srv.on('old', req => handled.push(req.data.n))
+    const old = { ID: cds.utils.uuid(), timestamp: new Date().toISOString(), target: 'my-appTarget', msg: JSON.stringify({ event: 'old', data: { n: 1 } }) }
+    const foreign = { ID: cds.utils.uuid(), timestamp: new Date().toISOString(), target: 'queue', msg: JSON.stringify({ service: 'Target', event: 'old', data: { n: 2 } }) }
+    await INSERT.into(MESSAGES).entries([old, foreign])
+    await cds.flush()
+    expect(handled).toEqual([1])
+    // a row without appid whose target is not this app's: CAP 10 leaves it to the app it belongs to, and so does the plugin
+    expect((await SELECT.from(MESSAGES)).map(r => r.ID)).toEqual([foreign.ID])
+  })
 })

@@ -5,15 +5,18 @@ const cds = require('@sap/cds')
 
 startApp()
 
-/** Boots the test app in a new process with `requires` merged in; resolves to its exit code and stderr. */
-function boot(requires) {
+/** Boots the test app in a new process with `requires` merged in (and `env`); resolves to its exit code and output. */
+function boot(requires, env = {}) {
   const config = { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } }, ...requires } }
   return new Promise(resolve => {
     execFile(process.execPath, [path.join(__dirname, 'support', 'boot-child.js')], {
-      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config) }, timeout: 30000
-    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stderr }))
+      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config), ...env }, timeout: 30000
+    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr }))
   })
 }
+
+/** The test app silences the queue's log; these boots show its warnings. */
+const WARNINGS = { CDS_LOG_LEVELS_QUEUE: 'warn' }
 
 describe('configuration validation', () => {
   test.each([
@@ -28,6 +31,28 @@ describe('configuration validation', () => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
     expect(stderr).toContain(message)
+  })
+
+  test('a misspelt option gets a warning that names it and the closest known option; the app starts', async () => {
+    const { code, stderr } = await boot({ queue: { maxAttemps: 3 }, OwnQueue: { impl: 'srv/plain-service.js', outboxed: { timeuot: '1m' } } }, WARNINGS)
+    expect(code).toBe(0)
+    expect(stderr).toContain("Unknown option cds.requires.queue.maxAttemps: ignored. Did you mean 'maxAttempts'?")
+    expect(stderr).toContain("Unknown option cds.requires.OwnQueue.outboxed.timeuot: ignored. Did you mean 'timeout'?")
+  })
+
+  test('a runner-wide option on a queue of its own gets a warning saying where it belongs', async () => {
+    const { code, stderr } = await boot({ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { pollInterval: '1s' } } }, WARNINGS)
+    expect(code).toBe(0)
+    expect(stderr).toContain('Option cds.requires.OwnQueue.outboxed.pollInterval has no effect here: it applies to the runner as a whole; set it in cds.requires.queue.')
+  })
+
+  test('options set by environment variables as operators set them on BTP (they arrive in lower case) are honoured', async () => {
+    const { code, stdout } = await boot({}, {
+      CDS_REQUIRES_QUEUE_MAXATTEMPTS: '3', CDS_REQUIRES_QUEUE_BACKOFF_BASE: '2s', PRINT_QUEUE_OF: 'Outboxed'
+    })
+    expect(code).toBe(0)
+    const settings = JSON.parse(stdout.trim().split('\n').pop())
+    expect(settings).toMatchObject({ name: 'queue', maxAttempts: 3, backoff: { base: 2000 } })
   })
 
   test('a valid configuration starts', async () => {

@@ -80,6 +80,8 @@ export class Loop {
     const keepAlive = setInterval(() => {}, 60_000)
     try {
       const idle = new Promise<void>(resolve => this.idleWaiters.push(resolve))
+      // what others changed counts as processable too: reconcile in this pass, whenever the last one was
+      this.reconciledAt = 0
       this.wake()
       await idle
     } finally {
