@@ -12,6 +12,10 @@ const path = require('path')
 
 process.chdir(path.join(__dirname, '..', 'app'))
 const cds = require('@sap/cds')
+// The handlers' writes use plain SQL (insertRecord), not CQL INSERT: @cap-js/postgres 2.3 sends CQL INSERT entries
+// through a COPY parameter stream, and when the database goes away in the middle of one, it throws outside any
+// promise (ParameterStream.flushChunk), which `cds serve` turns into a shutdown. The outage suite is about the queue.
+const { insertRecord, serveCounting } = require('./counting')
 
 const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS } = process.env
 
@@ -25,19 +29,6 @@ function pause(ms, signal) {
       reject(signal.reason)
     }, { once: true })
   })
-}
-
-/**
- * The handlers' writes use plain SQL, not CQL INSERT: @cap-js/postgres 2.3 sends CQL INSERT entries through a COPY
- * parameter stream, and when the database goes away in the middle of one, it throws outside any promise
- * (ParameterStream.flushChunk: "Cannot read properties of null (reading 'stream')"), which `cds serve` turns into a
- * shutdown. That upstream crash would hit any CAP app's INSERT during an outage; the outage suite is about the queue.
- */
-function insertRecord(kind, message, note) {
-  const sql = 'INSERT INTO test_Records (ID, kind, message, note) VALUES (?, ?, ?, ?)'
-  let n = 0
-  const prepared = cds.db.kind === 'postgres' ? sql.replace(/\?/g, () => `$${++n}`) : sql
-  return cds.db.run(prepared, [cds.utils.uuid(), kind, message, note])
 }
 
 cds.on('served', async () => {
@@ -63,6 +54,8 @@ cds.on('served', async () => {
   const messaging = await cds.connect.to('messaging')
   messaging.on('legacyPing', req => insertRecord('messaging', String(req.data.n), process.env.INSTANCE))
 })
+// The rolling-upgrade suite's counting handler and enqueue route, the same as CAP's own instances have.
+serveCounting(process.env.INSTANCE, { handlerMs: Number(process.env.COUNT_MS ?? 0) })
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))
 
 cds.exec('--port', '0')

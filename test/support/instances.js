@@ -14,15 +14,22 @@ function environment(database, { name, queue = {}, requires = {}, deploy = false
   return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 
-/** Starts an app instance (test/support/instance.js); resolves once it serves. `deploy: true` deploys the model first. */
+/**
+ * Starts an app instance (test/support/instance.js, or `script`: cap-instance.js serves CAP's built-in queue without
+ * the plugin); resolves once it serves, with `child.url`. `deploy: true` deploys the model first.
+ */
 function startInstance(database, options) {
-  const child = fork(path.join(__dirname, 'instance.js'), [], { env: environment(database, options), silent: true })
+  const script = options.script ?? 'instance.js'
+  const child = fork(path.join(__dirname, script), [], { env: environment(database, options), silent: true })
   child.output = ''
   const collect = chunk => (child.output += chunk)
   child.stdout.on('data', collect)
   child.stderr.on('data', collect)
   return new Promise((resolve, reject) => {
-    const ready = chunk => String(chunk).includes('listening on') && resolve(child)
+    const ready = chunk => {
+      const url = String(chunk).match(/listening on (http:\/\/\S+)/)?.[1]
+      if (url) resolve(Object.assign(child, { url }))
+    }
     child.stdout.on('data', ready)
     child.once('exit', code => reject(new Error(`instance ${options.name} exited (${code}) before serving:\n${child.output}`)))
   })

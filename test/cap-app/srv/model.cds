@@ -1,0 +1,2 @@
+using from '../../app/srv/target';
+using from '@sap/cds/srv/outbox';

@@ -1,0 +1,44 @@
+/**
+ * What both instance scripts of the rolling-upgrade suite do, the plugin's (instance.js) and CAP's own
+ * (cap-instance.js): a `count` handler that records which process handled which message (by `data.n`, which CAP's
+ * runner also passes on), and POST /enqueue { from, count } that queues `count` messages in one transaction.
+ */
+const cds = require('@sap/cds')
+
+/**
+ * Writes a row of test_Records with plain SQL, in the current transaction: CQL INSERT on @cap-js/postgres 2.3 can
+ * crash a process when the database goes away mid-statement (see instance.js).
+ */
+function insertRecord(kind, message, note) {
+  const sql = 'INSERT INTO test_Records (ID, kind, message, note) VALUES (?, ?, ?, ?)'
+  let n = 0
+  const prepared = cds.db.kind === 'postgres' ? sql.replace(/\?/g, () => `$${++n}`) : sql
+  return cds.db.run(prepared, [cds.utils.uuid(), kind, message, note])
+}
+
+function serveCounting(instance, { handlerMs = 0 } = {}) {
+  cds.on('bootstrap', app => {
+    app.post('/enqueue', require('express').json(), async (req, res) => {
+      const { from, count } = req.body
+      const queued = cds.queued(await cds.connect.to('Target'))
+      await cds.tx(async () => {
+        for (let n = from; n < from + count; n++) await queued.emit('count', { n })
+      })
+      res.json({ queued: count })
+    })
+    // capire's "Task Processing": cds.queued(srv).flush() (CAP 9's cds.flush() without arguments flushes nothing)
+    app.post('/flush', async (_, res) => {
+      await cds.queued(await cds.connect.to('Target')).flush()
+      res.json({ flushed: true })
+    })
+  })
+  cds.on('served', async () => {
+    const srv = await cds.connect.to('Target')
+    srv.on('count', async req => {
+      if (handlerMs) await new Promise(resolve => setTimeout(resolve, handlerMs))
+      await insertRecord('counted', String(req.data.n), instance)
+    })
+  })
+}
+
+module.exports = { insertRecord, serveCounting }
