@@ -1,5 +1,6 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
+import { registerTarballBuild } from './lib/build/tarball'
 import { beforeDisconnect } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { activate } from './lib/plugin'
@@ -15,7 +16,8 @@ if (!persists(cds.env) && cds.env.requires) cds.env.requires[OPERATOR_ENTRY] = f
 // `cds build` and `cds compile` only need the models; options that matter at run time are checked when the app runs.
 const building = ['build', 'compile'].includes((cds as unknown as { cli?: { command?: string } }).cli?.command ?? '')
 
-if (!building) {
+if (building) registerTarballBuild()
+else {
   // The settings are compiled here, once; a configuration error stops the start.
   const plugin = activate(cds.env)
   installApi(plugin)
