@@ -1,6 +1,7 @@
 const { startApp } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES, messages } = require('./support/outbox')
+const { monitor } = require('./support/monitor')
 const cds = require('@sap/cds')
 
 // Hourly polling and a long lease: whatever runs here was started by a commit, not by a timer or an expired lease.
@@ -21,6 +22,41 @@ describe('messages claimed at enqueue (run right after commit, no claim pass)', 
   })
 
   const stored = () => SELECT.from(MESSAGES).columns('ID', 'status', 'claimedBy', 'orderingKey').orderBy('timestamp')
+
+  test("a 'succeeded' listener that throws before the queue's does not strand the committed message: it runs right away", async () => {
+    let ID
+    const ran = monitor().next('outcome', e => e.ID === ID && e.kind === 'succeeded', 5000)
+    await expect(cds.tx(async () => {
+      // registered first, so CAP calls it first; when it throws, CAP calls no further 'succeeded' listener and emits 'failed'
+      cds.context.on('succeeded', () => { throw new Error('a listener of the app failed') })
+      await queued.emit('note', { n: 'after-throwing-listener' })
+      ID = (await stored())[0].ID
+    })).rejects.toThrow('a listener of the app failed')
+    // with an hour-long poll and lease, only the commit can have started it, within seconds
+    await ran
+    expect(runs).toEqual(['after-throwing-listener'])
+  })
+
+  test('twenty queued calls in one transaction add one pair of listeners to it, not one per call (no MaxListenersExceededWarning)', async () => {
+    const warnings = []
+    const onWarning = w => warnings.push(w.name)
+    process.on('warning', onWarning)
+    try {
+      let listeners
+      await cds.tx(async () => {
+        for (let n = 0; n < 20; n++) await queued.emit('note', { n })
+        listeners = ['succeeded', 'failed'].map(event => cds.context.emitter.listenerCount(event))
+      })
+      await cds.flush()
+      await new Promise(resolve => setImmediate(resolve)) // warnings are emitted on the next tick
+      expect(warnings).not.toContain('MaxListenersExceededWarning')
+      // the transaction's own (commit, rollback) and the queue's: a handful, whatever the number of calls
+      expect(Math.max(...listeners)).toBeLessThanOrEqual(4)
+      expect(runs.sort((a, b) => a - b)).toEqual([...Array(20).keys()])
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
 
   test('while slots are free, a due message is written claimed by this process and runs after commit', async () => {
     const inTx = await cds.tx(async () => {

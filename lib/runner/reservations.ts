@@ -1,7 +1,10 @@
 import cds from '@sap/cds'
 import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
-import type { Store } from '../store'
+import { inOwnTransaction, type Store } from '../store'
+import { claimOf } from '../store/rules'
 import type { Slots } from './slots'
+
+const LOG = cds.log('queue')
 
 /**
  * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs
@@ -36,6 +39,17 @@ export interface ReservationHost {
 /** The enqueuing transaction's event context: its outcome decides whether the reserved slot runs or is freed. */
 export interface TransactionContext {
   on(event: 'succeeded' | 'failed', listener: () => unknown): void
+  /** Runs `listener` before the listeners already registered (CAP's commit among them). */
+  before(event: 'succeeded', listener: () => unknown): void
+  [$reserved]?: Reserved[]
+}
+
+const $reserved = Symbol('messages claimed at enqueue in this transaction')
+
+interface Reserved {
+  row: MessageRow
+  claimedBy: string
+  queue: QueueSettings
 }
 
 /**
@@ -55,24 +69,65 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
     host.slots.unreserve()
     throw e
   }
-  let settled = false
-  const settle = (then: () => void) => () => {
-    if (settled) return
-    settled = true
-    then()
-  }
   const { ID, target, msg } = message
   const row: MessageRow = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid: null, claimedAt }
-  // 'failed' also follows 'succeeded' when a later 'succeeded' listener fails: the first of the two counts.
-  context.on('succeeded', settle(() => {
-    host.slots.commitReservation()
-    runAfterCommit(host, row, claimedBy, queue)
-  }))
-  context.on('failed', settle(() => {
-    host.reserved.delete(message.ID)
-    host.slots.unreserve()
-  }))
+  let reserved = context[$reserved]
+  if (!reserved) {
+    reserved = context[$reserved] = []
+    watch(host, context, reserved)
+  }
+  reserved.push({ row, claimedBy, queue })
   return true
+}
+
+/**
+ * One pair of listeners per transaction, however many messages it claims at enqueue. 'succeeded': the transaction
+ * committed, they run. 'failed': it rolled back — or it committed and a 'succeeded' listener of someone else's threw
+ * before ours ran (CAP then stops calling them and emits 'failed'): the table says which, so a committed message
+ * runs right away whatever other listeners do, and no slot stays promised.
+ */
+function watch(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): void {
+  let settled = false
+  // 'succeeded' is emitted only to commit: without it, 'failed' is a plain rollback
+  let committing = false
+  context.before('succeeded', () => void (committing = true))
+  context.on('succeeded', () => {
+    if (settled) return
+    settled = true
+    for (const { row, claimedBy, queue } of reserved) {
+      host.slots.commitReservation()
+      runAfterCommit(host, row, claimedBy, queue)
+    }
+  })
+  context.on('failed', () => {
+    if (settled) return
+    settled = true
+    if (committing) return void setImmediate(() => void settleAfterFailure(host, reserved))
+    for (const { row } of reserved) {
+      host.reserved.delete(row.ID)
+      host.slots.unreserve()
+    }
+  })
+}
+
+async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): Promise<void> {
+  cds.context = undefined
+  let committed = new Set<string>()
+  try {
+    committed = await inOwnTransaction(() => host.store.held(reserved.map(({ row, claimedBy }) => claimOf(row, claimedBy))))
+  } catch (e) {
+    // unknown: the rows that did commit are taken over once their short lease expires
+    LOG.warn(`could not check whether ${reserved.length} messages claimed at enqueue were committed; they run when their lease expires:`, e)
+  }
+  for (const { row, claimedBy, queue } of reserved) {
+    if (committed.has(row.ID)) {
+      host.slots.commitReservation()
+      runAfterCommit(host, row, claimedBy, queue)
+    } else {
+      host.reserved.delete(row.ID)
+      host.slots.unreserve()
+    }
+  }
 }
 
 /**

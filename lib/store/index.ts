@@ -249,6 +249,15 @@ export class Store {
     return changed
   }
 
+  /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
+  async held(claims: Claim[]): Promise<Set<string>> {
+    const held = new Set<string>()
+    for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
+      for (const { ID } of await this.rows<{ ID: string }>(statements.whichHeld(group))) held.add(ID)
+    }
+    return held
+  }
+
   /** The claims held in the names `owners` according to the table. */
   async claimsOf(owners: string[]): Promise<Claim[]> {
     const rows = await this.rows<{ ID: string; claimedBy: string; claimedAt: unknown }>(statements.claimsOf(this.dialect, owners))

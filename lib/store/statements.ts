@@ -134,6 +134,12 @@ function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
   return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
 }
 
+/** The IDs of `claims` (of one claim) still held. */
+export function whichHeld(claims: Claim[]): Fragment {
+  const held = heldBy(claims)
+  return { sql: `SELECT ID AS "ID" FROM ${TABLE} WHERE ${held.sql}`, params: held.params }
+}
+
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
 export function release(claims: Claim[], dueAt: Date): Fragment {
   return whileHeld(`${UNCLAIMED.sql}, dueAt = ?`, [iso(dueAt)], claims)
