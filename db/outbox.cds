@@ -12,6 +12,9 @@ extend cds.outbox.Messages with {
   dueAt       : Timestamp default $now;
   claimedBy   : String(255);
   claimedAt   : Timestamp;
+  // How often a claim of the row ended with its process gone (the lease expired): a row interrupted before runs
+  // alone, right after its claim, so only then does a lost claim count as an attempt (see lib/store/statements.ts).
+  interrupted : Integer default 0;
   // Messages with the same key run one at a time, in `timestamp` order; null = unordered. Not CAP's `partition`:
   // keys are entity IDs (strings), an Integer would need a hash whose collisions make unrelated keys wait, and
   // CAP's rows carry partition 0, which would put all of them under one key.

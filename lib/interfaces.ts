@@ -79,6 +79,8 @@ export interface MessageRow {
   task: string | null
   appid: string | null
   claimedAt: number
+  /** How often a claim of the row was lost with its process (see the claim in lib/store/statements.ts): it runs alone. */
+  interrupted: number
   /** A row from before CAP had `appid` whose `msg` names no service: the service its target names. */
   serviceOfOldRow?: string
 }

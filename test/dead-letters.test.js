@@ -180,6 +180,8 @@ describe('dead letters', () => {
     const revived = await ops.post('/reviveAll', { service: 'NamedQueue' })
     expect(revived.data.value).toBe(1)
     await waitFor(() => calls.includes(9), { what: 'the revived message to be processed' })
+    // the handler has run; its row goes with the commit of its transaction
+    await waitFor(async () => !(await row(ping)), { what: 'the revived message\'s row deleted with its commit' })
     expect((await rows()).map(r => r.ID)).toEqual([explode])
 
     const rest = await ops.post('/deleteAll', {})

@@ -83,11 +83,15 @@ describe('postgres: claiming', () => {
       FROM generate_series(1, 100000) AS i`)
     // The runner's own claim statement, as it sends it to the database (nothing is due yet: it claims nothing).
     // Read where it leaves the process: the store sends it on the transaction's own pg connection.
-    let claim
+    let claim, resurrect, foreign
     const { Client } = require('pg')
     const send = Client.prototype.query
     Client.prototype.query = function (config, ...rest) {
-      if (typeof config?.text === 'string' && config.text.includes('SKIP LOCKED')) claim ??= { sql: config.text, params: config.values }
+      const text = typeof config?.text === 'string' ? config.text : ''
+      if (text.includes("SET status = 'processing'")) claim ??= { sql: text, params: config.values }
+      // the reconciliation's look for dead letters whose attempts are below their limit again
+      if (text.includes('dueAt IS NULL AND status IS NULL')) resurrect ??= { sql: text, params: config.values }
+      if (text.includes('status IS NOT NULL AND claimedBy IS NULL')) foreign ??= { sql: text, params: config.values }
       return send.call(this, config, ...rest)
     }
     try {
@@ -96,27 +100,38 @@ describe('postgres: claiming', () => {
       Client.prototype.query = send
     }
     expect(claim).toBeDefined()
+    expect(resurrect).toBeDefined()
     // Due rows written without the API's notification: with hourly polling, the runner leaves them to the EXPLAIN.
     await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat)
       SELECT gen_random_uuid()::text, now(), 'queue', '{}', 0, now() - interval '1 hour' FROM generate_series(1, 10)`)
     await query('ANALYZE cds_outbox_messages')
-    const plan = await withClient(async client => {
+    const explain = statement => withClient(async client => {
       await client.query('BEGIN')
-      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${claim.sql}`, claim.params)
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${statement.sql}`, statement.params)
       await client.query('ROLLBACK')
       return rows.map(r => r['QUERY PLAN']).join('\n')
     }, test$.database)
+    const plan = await explain(claim)
     console.log(`claim of 10 due rows among 100k dead letters and future rows:\n${plan}`)
     expect(plan).toMatch(/rows=10/)
     expect(plan).toMatch(/Index (Only )?Scan (using|on) cds_outbox_messages_due/)
     expect(plan).not.toMatch(/Seq Scan on cds_outbox_messages/)
+    // the reconciliation, once per poll: the 50k dead letters are not read one by one to find none to revive
+    const sweep = await explain(resurrect)
+    console.log(`reconciliation's look for revived dead letters among 50k dead letters:\n${sweep}`)
+    expect(sweep).toMatch(/cds_outbox_messages_dead/)
+    expect(sweep).not.toMatch(/Rows Removed by Filter: [1-9]\d{3,}/)
+    const observe = await explain(foreign)
+    console.log(`reconciliation's look for rows another runner holds, among 100k rows:\n${observe}`)
+    expect(observe).toMatch(/cds_outbox_messages_foreign/)
+    expect(observe).not.toMatch(/Seq Scan on cds_outbox_messages/)
   })
 
   test('instances starting at the same moment create the claim indexes once between them, and none of them fails', async () => {
     const { runner } = require('../lib/plugin').eventQueues()
     const indexes = async () => (await query(`SELECT indexname FROM pg_indexes WHERE tablename = 'cds_outbox_messages' AND indexname <> 'cds_outbox_messages_pkey' ORDER BY 1`)).rows.map(r => r.indexname)
     const created = await indexes()
-    expect(created).toHaveLength(5)
+    expect(created).toHaveLength(7)
     for (const name of created) await query(`DROP INDEX ${name}`)
     // What runners starting side by side do: PostgreSQL fails all but one concurrent CREATE INDEX IF NOT EXISTS of
     // a name with a duplicate key, which used to leave those runners dead.

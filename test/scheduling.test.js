@@ -241,7 +241,11 @@ describe('scheduling', () => {
       await srv.schedule('tick', { n: 1 }).every('* * * * * *')
       await waitFor(() => runsOf('tick').length >= 2, { what: 'two runs of a per-second cron task' })
       const [first] = runsOf('tick')
-      const row = await taskRow('tick')
+      // between two runs (while one runs, dueAt is its lease)
+      const row = await waitFor(async () => {
+        const r = await taskRow('tick')
+        return r.status === null && r
+      }, { what: 'the task between two runs' })
       const due = millis(row.dueAt)
       expect(due % 1000).toBe(0)
       expect(due).toBeGreaterThan(first.end)

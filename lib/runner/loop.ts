@@ -28,6 +28,7 @@ export interface LoopHost {
   /** The claims of running handlers, and the IDs of messages claimed at enqueue that have not started yet. */
   readonly leases: Set<{ claim: Claim }>
   readonly reserved: Set<string>
+  readonly abandoned: Set<string>
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
   handBack(rows: MessageRow[], claimedBy: string): Promise<void>
@@ -146,8 +147,14 @@ export class Loop {
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
         const queue = queues.forTarget(target)
+        // A row interrupted before runs alone, in a slot of its own, at once (see the claim's statement).
+        for (const row of claimed.filter(r => r.interrupted > 0)) {
+          if (slots.freeFor(queue) === 0) break
+          this.host.run(queue, [row])
+          started.add(row)
+        }
         const free = slots.freeFor(queue)
-        const start = claimed.slice(0, free * this.limits.batchSize)
+        const start = claimed.filter(r => r.interrupted === 0).slice(0, free * this.limits.batchSize)
         const size = Math.ceil(start.length / Math.min(free, start.length))
         for (let i = 0; i < start.length; i += size) {
           const batch = start.slice(i, i + size)
@@ -191,7 +198,8 @@ export class Loop {
       const inOurName = await store.claimsOf([owner, `${owner}:enqueued`])
       const held = new Set([...this.host.leases].map(l => l.claim.ID))
       // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
-      const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !this.host.reserved.has(c.ID))
+      const { reserved, abandoned } = this.host
+      const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !reserved.has(c.ID) && !abandoned.has(c.ID))
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })

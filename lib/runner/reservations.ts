@@ -70,7 +70,7 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
     throw e
   }
   const { ID, target, msg } = message
-  const row: MessageRow = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid: null, claimedAt }
+  const row: MessageRow = { ID, target, msg, timestamp: message.dueAt.getTime(), attempts: 0, lastError: null, task: null, appid: null, claimedAt, interrupted: 0 }
   let reserved = context[$reserved]
   if (!reserved) {
     reserved = context[$reserved] = []

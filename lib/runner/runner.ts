@@ -28,6 +28,7 @@ export class Runner {
   readonly leases = new Set<Lease>()
   /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
   readonly reserved = new Set<string>()
+  readonly abandoned = new Set<string>()
   readonly queues: QueueRegistry
   private readonly loop: Loop
   private readonly inFlight = new Set<Promise<void>>()

@@ -25,6 +25,8 @@ export interface SlotHost {
   readonly claimLease: number
   /** The leases of running handlers: renewed while they run, handed back if they still run at shutdown. */
   readonly leases: Set<Lease>
+  /** Claims of handlers abandoned after handlerTimeout, still running: this process knows them until their lease ends. */
+  readonly abandoned: Set<string>
   readonly stopping: boolean
   /** Hands rows back unstarted, due again at their claim time. */
   handBack(rows: MessageRow[], claimedBy: string): Promise<void>
@@ -60,6 +62,11 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
     if (!results) {
       LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
+      // a handler that started and did not finish has had its attempt: the takeover counts it
+      const started = entries.filter(e => entries.length === 1 || e.started).map(e => e.lease.claim)
+      for (const { ID } of started) host.abandoned.add(ID)
+      setTimeout(() => started.forEach(({ ID }) => host.abandoned.delete(ID)), queue.timeout).unref()
+      await inOwnTransaction(() => host.store.interrupt(started))
       return
     }
     for (const [i, { row, lease }] of entries.entries()) await settle(host, queue, row, lease, results[i])

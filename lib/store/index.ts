@@ -227,6 +227,11 @@ export class Store {
     return released
   }
 
+  /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
+  async interrupt(claims: Claim[]): Promise<void> {
+    if (claims.length) await this.changes(statements.interrupt(claims))
+  }
+
   /** Moves the leases of `claims` (of one claim, as a slot's are) to `until`; the IDs of those still held. */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
     const rows = await this.rows<{ ID: string }>(statements.renew(claims, until, Date.now()))

@@ -15,7 +15,13 @@ const INDEXES: [name: string, definition: string][] = [
   ['cds_outbox_Messages_claim', '(claimedBy, claimedAt) WHERE claimedBy IS NOT NULL'],
   // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
   ['cds_outbox_Messages_key', '(orderingKey, timestamp) WHERE orderingKey IS NOT NULL'],
-  ['cds_outbox_Messages_key_claimed', "(orderingKey) WHERE orderingKey IS NOT NULL AND status = 'processing'"]
+  ['cds_outbox_Messages_key_claimed', "(orderingKey) WHERE orderingKey IS NOT NULL AND status = 'processing'"],
+  // The reconciliation's look for dead letters whose attempts fell below their queue's limit (a revive by CAP's
+  // recipe): by attempts, among dead letters only, so thousands of them cost a range scan, not a read of each.
+  ['cds_outbox_Messages_dead', '(attempts, target) WHERE dueAt IS NULL'],
+  // The reconciliation's look for rows another runner holds ('processing' without a claim of this plugin): none,
+  // or a handful during a rolling upgrade, whatever the size of the table.
+  ['cds_outbox_Messages_foreign', '(lastAttemptTimestamp) WHERE status IS NOT NULL AND claimedBy IS NULL']
 ]
 
 /** What creating the indexes needs: the names the catalog lists, and a statement runner. */

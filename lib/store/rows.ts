@@ -14,15 +14,16 @@ export function iso(date: Date | number): string {
 }
 
 /** A claimed row as the claim's read-back returns it. */
-export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt'> {
+export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt' | 'interrupted'> {
   timestamp: unknown
   claimedAt: unknown
+  interrupted: unknown
   orderingKey: string | null
   keyLocked?: unknown
 }
 
 export function messageRow({ orderingKey: _k, keyLocked: _l, ...r }: RawRow): MessageRow {
-  return { ...r, attempts: Number(r.attempts ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
+  return { ...r, attempts: Number(r.attempts ?? 0), interrupted: Number(r.interrupted ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
 }
 
 /**

@@ -13,7 +13,7 @@ function claimedColumns(dialect: Dialect): string {
   const keyLock = dialect.keyLock ? `, ${dialect.keyLock('orderingKey')} AS "keyLocked"` : ''
   return 'ID as "ID", ' + dialect.isoText('timestamp') + ' as "timestamp", target as "target", msg as "msg", ' +
     'attempts as "attempts", lastError as "lastError", task as "task", appid as "appid", ' +
-    dialect.isoText('claimedAt') + ' as "claimedAt", orderingKey AS "orderingKey"' + keyLock
+    dialect.isoText('claimedAt') + ' as "claimedAt", orderingKey AS "orderingKey", interrupted AS "interrupted"' + keyLock
 }
 
 /**
@@ -95,18 +95,24 @@ export function deleteRow(ID: string): Fragment {
 
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
- * ordering key is busy. A row whose previous lease expired counts that lost attempt. A row another runner set to
- * 'processing' without a claim of this plugin is left alone until the reconciliation has given it a lease of its own
- * (`Store.reconcile`). `lastAttemptTimestamp` is the claim's time, so CAP's runner sees the row held.
+ * ordering key is busy. A row another runner set to 'processing' without a claim of this plugin is left alone until
+ * the reconciliation has given it a lease of its own (`Store.reconcile`). `lastAttemptTimestamp` is the claim's time,
+ * so CAP's runner sees the row held.
+ *
+ * A row whose lease expired (`status` still 'processing') was interrupted: its process died or gave up on it. Only an
+ * attempt that started may count, and a process holds more than it runs (a batch's rest, claims at enqueue), so the
+ * first interruption is free; the row then runs alone, at once after its claim, and every further interruption counts
+ * as an attempt — a message that kills its process every time still ends as a dead letter.
  */
 export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Fragment {
   const free = keyIsFree(ownE, claimedAt)
   const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
   return {
     sql: `UPDATE ${TABLE} SET status = '${PROCESSING}', claimedBy = ?, claimedAt = ?, dueAt = ?, lastAttemptTimestamp = ?,
-        attempts = attempts + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END,
-        lastError = CASE WHEN status = '${PROCESSING}'
-          THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END
+        attempts = attempts + CASE WHEN status = '${PROCESSING}' AND interrupted > 0 THEN 1 ELSE 0 END,
+        lastError = CASE WHEN status = '${PROCESSING}' AND interrupted > 0
+          THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
+        interrupted = interrupted + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END
       WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL)
         ${skip} AND ${free.sql} ORDER BY r.dueAt LIMIT ? ${skipLocked})`,
     params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit]
@@ -132,6 +138,11 @@ export function keysRunningElsewhere(ownE: Fragment, owner: string, claimedAt: s
 function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
   const held = heldBy(claims)
   return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
+}
+
+/** Counts an interruption of `claims` now, for the one their takeover will find (see `claim`). */
+export function interrupt(claims: Claim[]): Fragment {
+  return whileHeld('interrupted = interrupted + 1', [], claims)
 }
 
 /** The IDs of `claims` (of one claim) still held. */
@@ -161,9 +172,10 @@ export function recur(claim: Claim, timestamp: string, dueAt: Date): Fragment {
  * written by others get the service and event of their message (`described`) on the way.
  */
 export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Fragment {
+  // a failure the handler reported: the message ran to an end, so it runs in batches again
   return whileHeld(
-    `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?, service = COALESCE(service, ?),
-      event = COALESCE(event, ?)${leaveKey ? ', orderingKey = NULL' : ''}`,
+    `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?, interrupted = 0,
+      service = COALESCE(service, ?), event = COALESCE(event, ?)${leaveKey ? ', orderingKey = NULL' : ''}`,
     [attempts, lastError, iso(now), dueAt && iso(dueAt), described.service ?? null, described.event ?? null],
     [claim]
   )

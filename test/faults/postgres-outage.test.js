@@ -45,8 +45,9 @@ describe('faults: PostgreSQL outage', () => {
     for (const child of running) {
       // the same processes, never restarted, said what happened (the tail of its output shows why if not)
       expect({ exitCode: child.exitCode, tail: child.exitCode === null ? '' : child.output.slice(-3000) }).toEqual({ exitCode: null, tail: '' })
-      // It noticed: a claim or a renewal failed (a slot can hold a batch through the outage and not need to claim).
-      expect(child.output).toMatch(/claiming messages failed|could not renew the lease/)
+      // It noticed: a claim, a renewal, an outcome or the reconciliation failed (a slot can hold a batch through the
+      // outage and not need to claim; the first statement after it may be any of these).
+      expect(child.output).toMatch(/claiming messages failed|could not renew the lease|could not record the outcome|could not reconcile/)
     }
     // Each recovered by itself: it handled messages after the restart.
     const handledAfterRestart = name => (atEnd[name] ?? 0) - (atRestart[name] ?? 0)

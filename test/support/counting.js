@@ -1,7 +1,8 @@
 /**
  * What both instance scripts of the rolling-upgrade suite do, the plugin's (instance.js) and CAP's own
  * (cap-instance.js): a `count` handler that records which process handled which message (by `data.n`, which CAP's
- * runner also passes on), and POST /enqueue { from, count } that queues `count` messages in one transaction.
+ * runner also passes on), and POST /enqueue { from, count, event = 'count' } that queues `count` messages of `event`
+ * (with `data.n`) in one transaction of this process: the plugin claims some of them at enqueue.
  */
 const cds = require('@sap/cds')
 
@@ -19,10 +20,10 @@ function insertRecord(kind, message, note) {
 function serveCounting(instance, { handlerMs = 0 } = {}) {
   cds.on('bootstrap', app => {
     app.post('/enqueue', require('express').json(), async (req, res) => {
-      const { from, count } = req.body
+      const { from, count, event = 'count' } = req.body
       const queued = cds.queued(await cds.connect.to('Target'))
       await cds.tx(async () => {
-        for (let n = from; n < from + count; n++) await queued.emit('count', { n })
+        for (let n = from; n < from + count; n++) await queued.emit(event, { n })
       })
       res.json({ queued: count })
     })
