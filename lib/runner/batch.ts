@@ -112,7 +112,15 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
           results[entry.index] = failedWith(entry, error)
         })
         if (!tx) continue
-        await part.release()
+        // A handler that caught a database error of its own left PostgreSQL's transaction aborted: keeping its part
+        // fails, and so would every neighbour. Its part is undone instead and it fails alone, as it would alone.
+        const kept = await part.release().then(() => true, async (error: unknown) => {
+          await part.rollback()
+          await tx.rollback(error).catch(() => {})
+          results[entry.index] = failedWith(entry, error)
+          return false
+        })
+        if (!kept) continue
         if (completes) completed.push(completes)
         handled.push({ entry, tx })
       }
