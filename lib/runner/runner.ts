@@ -116,6 +116,7 @@ export class Runner {
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
     if (this.leases.size) await this.handBackRunning()
+    await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()
   }

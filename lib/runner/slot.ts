@@ -55,7 +55,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     if (host.stopping) return await host.handBack(rows, claimedBy)
     if (!reserved && queue.timeout !== host.claimLease) {
       const claims = entries.map(e => e.lease.claim)
-      await inOwnTransaction(() => host.store.renewAll(claims, leaseUntil))
+      await host.store.renewAll(claims, leaseUntil)
     }
     for (const { lease } of entries) lease.start()
     if (entries.length > 1) handBack = setTimeout(() => handBackRest(host, entries, claimedBy), SLOT_TIME)

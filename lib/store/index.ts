@@ -8,6 +8,7 @@ import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { iso, messageRow, millis, newRow, type RawRow } from './rows'
 import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
+import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
 
@@ -44,6 +45,8 @@ export class Store {
   private oldRowsLeft = true
   /** Transactions that already signal other processes on commit (see `signalOthers`). */
   private readonly signalled = new WeakSet<object>()
+  /** Where renewals run when they must not wait for a pooled connection (see SideConnection). */
+  private readonly side: SideConnection | undefined
 
   constructor(
     kind: string | undefined,
@@ -55,6 +58,7 @@ export class Store {
     this.own = ownRowsSql(appid)
     this.ownE = ownRowsSql(appid, 'e.')
     this.old = oldRowsSql(appid)
+    this.side = this.dialect.renewsOutsideThePool ? new SideConnection() : undefined
   }
 
   /** The statement a dedicated connection runs to be told of new messages; undefined where only polling works. */
@@ -232,10 +236,21 @@ export class Store {
     if (claims.length) await this.changes(statements.interrupt(claims))
   }
 
-  /** Moves the leases of `claims` (of one claim, as a slot's are) to `until`; the IDs of those still held. */
+  /**
+   * Moves the leases of `claims` (of one claim, as a slot's are) to `until`, in a transaction of its own (on
+   * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
+   */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const rows = await this.rows<{ ID: string }>(statements.renew(claims, until, Date.now()))
-    return new Set(rows.map(r => r.ID))
+    const { sql, params } = statements.renew(claims, until, Date.now())
+    const rows = this.side
+      ? (await this.side.run(this.dialect.prepare(sql), params)).rows
+      : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))
+    return new Set(rows.map(r => r.ID as string))
+  }
+
+  /** Closes what the store opened of its own (the side connection). */
+  async close(): Promise<void> {
+    await this.side?.close()
   }
 
   /**
