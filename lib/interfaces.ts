@@ -150,5 +150,6 @@ export type Outcome =
   | { kind: 'retry'; error: unknown; attempts: number; delay: number }
   /** `silent`: it was a dead letter before this attempt (someone else set its attempts): no `#failed` callback. */
   | { kind: 'dead'; error: unknown; attempts: number; silent?: boolean }
-  | { kind: 'deferred'; dueAt: Date }
+  /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */
+  | { kind: 'deferred'; dueAt: Date; alone?: boolean }
   | { kind: 'lost' }

@@ -5,6 +5,7 @@ import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { DatabaseTransaction, Store } from '../store'
 import { prepare, type AttemptResult } from './attempt'
+import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, type Service } from './dispatch'
 import { failed, succeeded } from './outcomes'
 
@@ -107,10 +108,18 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
         }
         const part = store.savepointed(shared, `queue_message_${i}`)
         completes = undefined
-        const tx = await runOne(entry, part.tx, queue, store, complete).catch(async (error: unknown) => {
+        const running: BatchMessage = { shared, running: true, conflict: false }
+        const tx = await asBatchMessage(running, () => runOne(entry, part.tx, queue, store, complete)).then(
+          async tx => {
+            if (!running.conflict) return tx
+            await tx.rollback().catch(() => {})
+            throw new Error('gave the message up')
+          }
+        ).catch(async (error: unknown) => {
           await part.rollback()
-          results[entry.index] = failedWith(entry, error)
-        })
+          // its handler waited for a transaction of its own (see batch-connections.ts): it runs again, alone
+          results[entry.index] = running.conflict ? { outcome: { kind: 'deferred', dueAt: new Date(), alone: true }, message: entry.message } : failedWith(entry, error)
+        }).finally(() => (running.running = false))
         if (!tx) continue
         // A handler that caught a database error of its own left PostgreSQL's transaction aborted: keeping its part
         // fails, and so would every neighbour. Its part is undone instead and it fails alone, as it would alone.

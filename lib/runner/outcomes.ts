@@ -91,7 +91,7 @@ export async function recordOutcome(
   const now = Date.now()
   const described = { service: message?.serviceName, event: message?.request.event }
   await inOwnTransaction(async () => {
-    if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt))
+    if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))
     const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
     if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now, false, described))

@@ -6,6 +6,7 @@ import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import { inOwnTransaction, Store } from '../store'
+import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Loop } from './loop'
 import { Monitor } from './monitor'
@@ -55,6 +56,7 @@ export class Runner {
   /** The database service connected: what handlers it has now are its own (see `Watchers`). */
   connected(db: cds.DatabaseService): void {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
+    watchBatchConnections(db)
   }
 
   /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before they run. */

@@ -220,13 +220,14 @@ export class Store {
 
   /**
    * Hands claimed rows back unprocessed, due at `dueAt` (default: at the time they were claimed); the number handed
-   * back. A row completed meanwhile, or now claimed by another process, is left alone.
+   * back. A row completed meanwhile, or now claimed by another process, is left alone. `alone`: the rows run alone
+   * from now on (they count as interrupted, see the claim).
    */
-  async release(claims: Claim[], dueAt?: Date): Promise<number> {
+  async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
     let released = 0
     // One statement per claim: rows of one claim share owner and time (`heldBy`).
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
-      released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt)))
+      released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
     return released
   }

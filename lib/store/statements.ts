@@ -152,8 +152,8 @@ export function whichHeld(claims: Claim[]): Fragment {
 }
 
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
-export function release(claims: Claim[], dueAt: Date): Fragment {
-  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?`, [iso(dueAt)], claims)
+export function release(claims: Claim[], dueAt: Date, alone = false): Fragment {
+  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?${alone ? ', interrupted = interrupted + 1' : ''}`, [iso(dueAt)], claims)
 }
 
 /** Deletes processed rows, while their claims hold them. */
