@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
 import { beforeDisconnect } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
+import { mountOpsPage } from './lib/ops/page'
 import { activate } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
 
@@ -20,6 +21,8 @@ if (!building) {
   const plugin = activate(cds.env)
   installApi(plugin)
 
+  // The ops page comes with the operator service and is restricted like it.
+  if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
   cds.on('served', () => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
   })
