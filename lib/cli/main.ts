@@ -1,0 +1,46 @@
+import { QueueError } from '../errors'
+import { parseArguments, USAGE } from './args'
+import { EXIT } from './exit-codes'
+import type { Streams } from './output'
+
+/**
+ * `npx cds-event-queues <command>`: the operator service's queries, run from a CAP project's folder on the project's
+ * own database configuration (`cds.env`, with its profiles), without starting the app.
+ */
+
+/** Runs the CLI; resolves to the process's exit code (never rejects). */
+export async function main(argv: string[], streams: Streams = process): Promise<number> {
+  let invocation
+  try {
+    invocation = parseArguments(argv)
+  } catch (e) {
+    streams.stderr.write(`${(e as Error).message}\nRun cds-event-queues --help for the commands and their options.\n`)
+    return EXIT.USAGE
+  }
+  if (invocation.command === 'help') {
+    streams.stdout.write(USAGE)
+    return EXIT.OK
+  }
+  // Before cds is loaded: cds.env is computed once, with the profile it finds then.
+  if (invocation.options.profile) process.env.CDS_ENV = invocation.options.profile
+  try {
+    const { openSession } = await import('./session')
+    const session = await openSession(streams)
+    try {
+      const { runCommand } = await import('./commands')
+      return await runCommand(session, invocation)
+    } finally {
+      await session.close()
+    }
+  } catch (e) {
+    const usage = e instanceof QueueError
+    streams.stderr.write(usage ? `${e.message}\n` : `cds-event-queues ${invocation.command} failed: ${describeFailure(e)}\n`)
+    return usage ? EXIT.USAGE : EXIT.FAILED
+  }
+}
+
+function describeFailure(e: unknown): string {
+  if (!(e instanceof Error)) return String(e)
+  const code = (e as { code?: unknown }).code
+  return code ? `${e.message} (${String(code)})` : e.message
+}
