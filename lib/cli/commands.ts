@@ -37,7 +37,7 @@ function thresholds(rows: QueueStatistics[], options: Options, streams: Streams)
     }
   }
   const dead = rows.reduce((sum, r) => sum + r.dead, 0)
-  if (options.maxDead !== undefined && dead > options.maxDead) exceeded.push(`${dead} dead letters, over --max-dead ${options.maxDead}`)
+  if (options.maxDead !== undefined && dead > options.maxDead) exceeded.push(`${dead} dead letter${dead === 1 ? '' : 's'}, over --max-dead ${options.maxDead}`)
   for (const line of exceeded) streams.stderr.write(`${line}\n`)
   return exceeded.length ? EXIT.THRESHOLD : EXIT.OK
 }

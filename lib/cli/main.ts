@@ -21,6 +21,11 @@ export async function main(argv: string[], streams: Streams = process): Promise<
     streams.stdout.write(USAGE)
     return EXIT.OK
   }
+  // A driver may throw outside any promise (better-sqlite3 on a missing folder): still one line and exit code 1.
+  process.once('uncaughtException', e => {
+    streams.stderr.write(`cds-event-queues ${invocation.command} failed: ${describeFailure(e)}\n`)
+    process.exit(EXIT.FAILED)
+  })
   // Before cds is loaded: cds.env is computed once, with the profile it finds then.
   if (invocation.options.profile) process.env.CDS_ENV = invocation.options.profile
   try {

@@ -11,6 +11,7 @@ import type { Streams } from './output'
 /** CAP's loggers whose info lines (connecting, pools) would mix with the CLI's output; warnings still show. */
 const QUIET = ['cds', 'db', 'sqlite', 'postgres', 'pool', 'queue']
 const PLUGIN = 'cds-event-queues'
+const MODEL = join(__dirname, '..', '..', 'db', 'outbox.cds')
 
 /** cds.env as the CLI reads it: which plugins cds found in the project. */
 type ProjectEnv = { plugins?: Record<string, unknown>; requires?: { db?: { credentials?: { url?: unknown; database?: unknown } } } }
@@ -37,6 +38,8 @@ export async function openSession(streams: Streams): Promise<Session & { close()
 
   // Invalid queue options stop the CLI as they stop the app: the CLI must judge dead letters by the same limits.
   const settings = compileSettings(cds.env)
+  // The table's model, so CQL names its columns as the app does (PostgreSQL folds unquoted names to lower case).
+  cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
   return {
     queries: new OperatorQueries(settings.queues, settings.appid),
