@@ -184,23 +184,32 @@ function axisTop(max) {
   return AXIS_TOPS.find(top => top >= max) ?? Math.ceil(max / 86400) * 86400
 }
 
-/** @param {LagSample[]} samples @param {number} now */
+/** Tick spacing for a time span: about six ticks, at round minutes or seconds. */
+const TICKS_MS = [10_000, 30_000, 60_000, 120_000, 300_000, 600_000]
+
+/**
+ * The chart spans the last hour, or, while the server has sampled for less (it just started), the time since its
+ * first sample: the lines use the whole width either way and the axis says which.
+ * @param {LagSample[]} samples @param {number} now
+ */
 function renderChart(samples, now) {
   const chart = element('lag-chart')
   const width = 720, height = 220, left = 48, right = 12, top = 10, bottom = 24
-  const from = now - HOUR_MS
+  const first = samples.length ? Date.parse(samples[0].at) : now - HOUR_MS
+  const from = Math.min(now - 60_000, Math.max(now - HOUR_MS, first))
+  const span = now - from
   const byQueue = new Map()
   for (const s of samples) {
     if (!byQueue.has(s.queue)) byQueue.set(s.queue, [])
     byQueue.get(s.queue).push(s)
   }
   const max = axisTop(Math.max(0, ...samples.map(s => s.relayLag)))
-  const x = (/** @type {number} */ t) => left + ((t - from) / HOUR_MS) * (width - left - right)
+  const x = (/** @type {number} */ t) => left + ((t - from) / span) * (width - left - right)
   const y = (/** @type {number} */ lag) => top + (1 - lag / max) * (height - top - bottom)
 
   const described = [...byQueue].map(([queue, points]) => `${queue}: ${duration(points[points.length - 1].relayLag)} now`)
   const label = samples.length
-    ? `Relay lag per queue over the last hour, up to ${duration(Math.max(...samples.map(s => s.relayLag)))}; ${described.join(', ')}`
+    ? `Relay lag per queue since ${clock(new Date(from))}, up to ${duration(Math.max(...samples.map(s => s.relayLag)))}; ${described.join(', ')}`
     : 'No relay lag samples yet'
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': label })
   for (const lag of [0, max / 2, max]) {
@@ -209,12 +218,16 @@ function renderChart(samples, now) {
     tick.textContent = duration(Math.round(lag))
     root.append(tick)
   }
-  for (let minutes = 60; minutes >= 0; minutes -= 10) {
-    const t = now - minutes * 60_000
-    const tick = svg('text', { x: x(t), y: height - 6, 'text-anchor': minutes === 0 ? 'end' : minutes === 60 ? 'start' : 'middle' })
-    tick.textContent = minutes === 0 ? 'now' : clock(new Date(t))
+  const step = TICKS_MS.find(ms => span / ms <= 6) ?? 600_000
+  const seconds = step < 60_000
+  for (let t = Math.ceil(from / step) * step; t < now - step * 0.7; t += step) {
+    const tick = svg('text', { x: x(t), y: height - 6, 'text-anchor': 'middle' })
+    tick.textContent = seconds ? new Date(t).toLocaleTimeString() : clock(new Date(t))
     root.append(tick)
   }
+  const nowTick = svg('text', { x: width - right, y: height - 6, 'text-anchor': 'end' })
+  nowTick.textContent = 'now'
+  root.append(nowTick)
   for (const [queue, points] of byQueue) {
     const series = svg('polyline', {
       class: 'series',
@@ -231,7 +244,7 @@ function renderChart(samples, now) {
     entry.style.setProperty('--swatch', colourOf(queue))
     return entry
   }))
-  const since = samples.length ? create('p', { class: 'hint' }, [`Samples since ${time(samples[0].at)}.`]) : ''
+  const since = first > now - HOUR_MS ? create('p', { class: 'hint' }, [`The server has sampled since ${time(new Date(first).toISOString())}.`]) : ''
   chart.replaceChildren(root, legend, since)
 }
 
