@@ -43,6 +43,21 @@ export interface DeadLetterSummary {
   lastError: string | null
 }
 
+/** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
+export interface PendingSummary {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
+  task: string | null
+  attempts: number
+  /** Enqueued (or first due, for a delayed message): what the relay lag is measured from. */
+  timestamp: string
+  status: string | null
+  claimedBy: string | null
+  lastError: string | null
+}
+
 export interface QueueStatistics {
   queue: string
   service: string | null
@@ -115,11 +130,33 @@ export class OperatorQueries {
     })
   }
 
-  private async matching(filter: DeadLetterFilter, columns: string[]): Promise<DescribedRow[]> {
+  /** The messages that are not dead letters and match `filter`, longest waiting first, at most `limit` of them. */
+  async listPending(filter: DeadLetterFilter, limit?: number): Promise<PendingSummary[]> {
+    const columns = ['task', 'attempts', 'timestamp', 'status', 'claimedBy', 'lastError']
+    const rows = (await this.matching(filter, columns, false)) as (DescribedRow & Omit<PendingSummary, 'service' | 'event'>)[]
+    return rows.slice(0, limit).map(row => {
+      const { service, event } = described(row)
+      return {
+        ID: row.ID,
+        target: row.target,
+        service: service ?? null,
+        event: event ?? null,
+        task: row.task ?? null,
+        attempts: Number(row.attempts ?? 0),
+        timestamp: row.timestamp,
+        status: row.status ?? null,
+        claimedBy: row.claimedBy ?? null,
+        lastError: row.lastError ?? null
+      }
+    })
+  }
+
+  /** Dead letters (or with `dead: false` the other messages) of this app matching `filter`, oldest first. */
+  private async matching(filter: DeadLetterFilter, columns: string[], dead = true): Promise<DescribedRow[]> {
     const query = SELECT.from(MESSAGES)
       .columns('ID', 'target', 'service', 'event', 'msg', ...columns)
       .where(this.own)
-      .and(this.deadLetters())
+      .and(this.deadLetters(dead))
       .orderBy('timestamp', 'ID')
     if (filter.queue) query.and({ target: filter.queue })
     if (filter.enqueuedBefore !== undefined) query.and({ timestamp: { '<': new Date(filter.enqueuedBefore).toISOString() } })

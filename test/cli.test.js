@@ -119,6 +119,24 @@ describe('the cds-event-queues CLI', () => {
     expect((await runCli(['dead', '--queue', 'nothing-here'])).stdout).toBe('No dead letters.\n')
   })
 
+  test('pending lists the messages still waiting, longest first, with their attempts and last error, and no dead letters', async () => {
+    const dead = await deadLetter(target, 'explode')
+    const waiting = await cloneDeadLetter(dead, 2, { attempts: 1, dueAt: new Date(Date.now() + 3_600_000).toISOString() })
+    const older = await cloneDeadLetter(dead, 1, { attempts: 2, timestamp: new Date(Date.now() - 60_000).toISOString(), dueAt: new Date(Date.now() + 3_600_000).toISOString() })
+
+    const json = await runCli(['pending', '--json'])
+    expect(json.code).toBe(0)
+    const listed = JSON.parse(json.stdout)
+    expect(listed.map(p => p.ID)).toEqual([...older, ...waiting.sort()])
+    expect(listed[0]).toMatchObject({ target: 'queue', service: 'Target', event: 'explode', attempts: 2, status: null, lastError: expect.stringContaining('rejected the booking') })
+
+    const limited = await runCli(['pending', '--limit', '1'])
+    const [header, first, ...rest] = limited.stdout.trim().split('\n')
+    expect(header).toMatch(/^ID\s+QUEUE\s+SERVICE\s+EVENT\s+ATTEMPTS\s+WAITING SINCE\s+STATE\s+LAST ERROR$/)
+    expect(first).toMatch(new RegExp(`^${older[0]}\\s+queue\\s+Target\\s+explode\\s+2\\s+\\S+\\s+waiting\\s+Error: the remote system rejected the booking$`))
+    expect(rest).toEqual([])
+  })
+
   test('revive <ID> makes the running app process the dead letter; an ID that is no dead letter exits 3 and is named', async () => {
     const pinged = await deadLetter(named, 'ping', { n: 3 })
     const exploded = await deadLetter(target, 'explode')
@@ -211,7 +229,7 @@ describe('the cds-event-queues CLI', () => {
 
 describe('the CLI refuses bad input with exit code 2, and a failing database with 1', () => {
   test.each([
-    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, dead, revive, delete, purge, help.'],
+    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, help.'],
     [['purge'], 'Invalid option --older-than of cds-event-queues purge: undefined. Expected a duration such as \'30d\''],
     [['purge', '--older-than', 'soon'], 'Invalid --older-than: "soon". Expected a number of milliseconds >= 0'],
     [['revive'], 'Invalid arguments of cds-event-queues revive: "none". Expected message IDs, or --all'],

@@ -6,7 +6,7 @@ import { DURATION_FORMS, parseDuration } from '../time/durations'
  * names the option, the value and what is allowed, and costs no database round trip.
  */
 
-export const COMMANDS = ['status', 'dead', 'revive', 'delete', 'purge', 'help'] as const
+export const COMMANDS = ['status', 'pending', 'dead', 'revive', 'delete', 'purge', 'help'] as const
 export type Command = (typeof COMMANDS)[number]
 
 export interface Options {
@@ -49,6 +49,7 @@ const OPTIONS: Record<string, Kind> = {
 const FILTERS = ['--queue', '--service', '--event', '--older-than']
 const ALLOWED: Record<Command, string[]> = {
   status: ['--json', '--max-lag', '--max-dead'],
+  pending: [...FILTERS, '--limit', '--json'],
   dead: [...FILTERS, '--limit', '--json'],
   revive: ['--all', ...FILTERS],
   delete: ['--all', ...FILTERS],
@@ -134,6 +135,8 @@ export const USAGE = `Usage: cds-event-queues <command> [options]   (run in the 
 Commands:
   status [--json] [--max-lag <duration>] [--max-dead <n>]
                              pending, processing and dead messages and the relay lag per queue, service and event
+  pending [filters] [--limit <n>] [--json]
+                             the messages waiting, longest first: attempts, last error, who processes them
   dead [filters] [--limit <n>] [--json]
                              the dead letters, oldest first: queue, service, event, attempts, last error
   revive <ID>... | --all [filters]

@@ -62,6 +62,17 @@ async function dead({ queries, db, streams }: Session, options: Options): Promis
   return EXIT.OK
 }
 
+async function pending({ queries, db, streams }: Session, options: Options): Promise<number> {
+  const rows = await inTransaction(db, () => queries.listPending(filterOf(options), options.limit))
+  if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+  else if (!rows.length) streams.stdout.write('No messages are waiting.\n')
+  else {
+    const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.timestamp, r.status === 'processing' ? `processing (${r.claimedBy ?? '?'})` : 'waiting', firstLine(r.lastError)])
+    streams.stdout.write(table(['ID', 'QUEUE', 'SERVICE', 'EVENT', 'ATTEMPTS', 'WAITING SINCE', 'STATE', 'LAST ERROR'], cells))
+  }
+  return EXIT.OK
+}
+
 /** The given IDs that are dead letters; the others are reported on stderr. */
 async function deadOnes({ queries, db, streams }: Session, ids: string[]): Promise<{ dead: string[]; missing: number }> {
   const dead: string[] = []
@@ -110,6 +121,8 @@ export async function runCommand(session: Session, invocation: Invocation): Prom
   switch (invocation.command) {
     case 'status':
       return status(session, invocation.options)
+    case 'pending':
+      return pending(session, invocation.options)
     case 'dead':
       return dead(session, invocation.options)
     case 'revive':
