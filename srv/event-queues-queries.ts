@@ -41,6 +41,8 @@ export interface DeadLetterSummary {
   timestamp: string
   lastAttemptTimestamp: string | null
   lastError: string | null
+  /** The stored message (CAP's JSON: event, data, headers), as the operator service shows it: what a replay sends. */
+  msg: string | null
 }
 
 /** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
@@ -113,7 +115,7 @@ export class OperatorQueries {
   /** The dead letters matching `filter`, oldest first, at most `limit` of them (all without one). */
   async listDeadLetters(filter: DeadLetterFilter, limit?: number): Promise<DeadLetterSummary[]> {
     const columns = ['task', 'attempts', 'timestamp', 'lastAttemptTimestamp', 'lastError']
-    const rows = (await this.matching(filter, columns)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event'>)[]
+    const rows = (await this.matching(filter, columns)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event' | 'msg'>)[]
     return rows.slice(0, limit).map(row => {
       const { service, event } = described(row)
       return {
@@ -125,7 +127,8 @@ export class OperatorQueries {
         attempts: Number(row.attempts),
         timestamp: row.timestamp,
         lastAttemptTimestamp: row.lastAttemptTimestamp ?? null,
-        lastError: row.lastError ?? null
+        lastError: row.lastError ?? null,
+        msg: row.msg ?? null
       }
     })
   }
