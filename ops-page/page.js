@@ -244,7 +244,7 @@ function renderChart(samples, now) {
     entry.style.setProperty('--swatch', colourOf(queue))
     return entry
   }))
-  const since = first > now - HOUR_MS ? create('p', { class: 'hint' }, [`The server has sampled since ${time(new Date(first).toISOString())}.`]) : ''
+  const since = first > now - HOUR_MS ? create('p', { class: 'hint' }, [`Lag samples since ${time(new Date(first).toISOString())}.`]) : ''
   chart.replaceChildren(root, legend, since)
 }
 
@@ -351,11 +351,13 @@ async function onOne(action, ID) {
 async function onAll(action) {
   const queue = selectedQueue()
   const which = queue ? `all dead letters of ${queue}` : 'all dead letters'
-  if (action === 'deleteAll' && !confirm(`Delete ${which}? They will not be processed.`)) return
+  // The table shows at most 200; these act on every dead letter of the selection, so they always ask.
+  const ask = action === 'deleteAll' ? `Delete ${which}? They will not be processed.` : `Revive ${which}? They are processed right away.`
+  if (!confirm(ask)) return
   await act(async () => {
     const result = await post(action, queue ? { queue } : {})
     const count = typeof result?.value === 'number' ? result.value : 0
-    return `${action === 'reviveAll' ? 'Revived' : 'Deleted'} ${count} of ${which}.`
+    return `${action === 'reviveAll' ? 'Revived' : 'Deleted'} ${count} dead letter${count === 1 ? '' : 's'}${queue ? ` of ${queue}` : ''}.`
   })
 }
 

@@ -189,6 +189,44 @@ describe('the ops page in headless Chromium', () => {
     expect(shown.queue.dead).toBe((await countsInTable()).queue.dead)
   })
 
+  test('the queue filter narrows the dead letters; Delete all and Revive all act on the selection after asking', async () => {
+    failing.add(5)
+    const pinged = await enqueue(named, 'ping', { n: 5 })
+    await waitFor(async () => (await row(pinged))?.dueAt === null, { what: 'a second dead letter on slowQueue' })
+    await page.click('#refresh')
+    await page.waitForFunction(ID => !!document.querySelector(`#dead tr[data-id="${ID}"]`), {}, pinged)
+
+    let since = Date.now()
+    await page.select('#dead-queue', 'queue')
+    await renderedAfter(page, since)
+    expect(await deadOnPage(page)).toEqual([ids.exploded2])
+
+    const dialogs = []
+    const accept = dialog => {
+      dialogs.push(dialog.message())
+      return dialog.accept()
+    }
+    page.on('dialog', accept)
+    try {
+      await page.click('#delete-all')
+      await page.waitForFunction(() => document.getElementById('status').textContent === 'Deleted 1 dead letter of queue.')
+      expect(await row(ids.exploded2)).toBeUndefined()
+      expect(await row(pinged)).toBeDefined()
+
+      failing.delete(5)
+      since = Date.now()
+      await page.select('#dead-queue', '')
+      await renderedAfter(page, since)
+      await page.click('#revive-all')
+      await page.waitForFunction(() => document.getElementById('status').textContent === 'Revived 1 dead letter.')
+      await waitFor(async () => !(await row(pinged)), { what: 'the revived message to be processed' })
+      expect(calls).toContain('ping 5')
+      expect(dialogs).toEqual(['Delete all dead letters of queue? They will not be processed.', 'Revive all dead letters? They are processed right away.'])
+    } finally {
+      page.off('dialog', accept)
+    }
+  })
+
   test('users without the operator role get 403 in the browser, anonymous requests a login (401), as from the operator service', async () => {
     // A context each: a browser context keeps the credentials it once sent.
     const asClerk = await chromium.browser.createBrowserContext()
