@@ -227,6 +227,45 @@ describe('the cds-event-queues CLI', () => {
   })
 })
 
+describe('the project the CLI runs in', () => {
+  /** A CAP project folder of its own: `pkg` as its package.json, the plugin installed as a link to this repository. */
+  function project(pkg, { withPlugin = true } = {}) {
+    const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'cli-project-'))
+    fs.writeFileSync(path.join(folder, 'package.json'), JSON.stringify(pkg))
+    if (withPlugin) {
+      fs.mkdirSync(path.join(folder, 'node_modules'))
+      fs.symlinkSync(path.join(__dirname, '..'), path.join(folder, 'node_modules', 'cds-event-queues'))
+    }
+    return folder
+  }
+  const dbFile = () => path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'cli-db-')), 'db.sqlite')
+  // Only this test's own configuration: not the suite's CDS_CONFIG.
+  const alone = { CDS_CONFIG: '{}' }
+
+  test('--profile picks the configuration of that cds profile, as CDS_ENV does', async () => {
+    const url = dbFile()
+    const folder = project({
+      dependencies: { 'cds-event-queues': '*' },
+      cds: { requires: { '[nightly]': { db: { kind: 'sqlite', credentials: { url } } } } }
+    })
+    const without = await runCli(['status'], { cwd: folder, env: alone })
+    expect(without.code).toBe(2)
+    expect(without.stderr).toMatch(/^Invalid cds\.requires\.db of the project in .+: undefined\. Expected a database configuration/)
+    // the profile's SQLite file exists, but the app never deployed to it: the CLI reaches it and reports that
+    const withProfile = await runCli(['status', '--profile', 'nightly'], { cwd: folder, env: alone })
+    expect(withProfile.code).toBe(1)
+    expect(withProfile.stderr).toMatch(/^cds-event-queues status failed: no such table: cds_outbox_Messages/)
+    expect(fs.existsSync(url)).toBe(true)
+  })
+
+  test('a project that does not use the plugin is refused, with how to add it', async () => {
+    const folder = project({ dependencies: { '@sap/cds': '*' }, cds: { requires: { db: { kind: 'sqlite', credentials: { url: dbFile() } } } } }, { withPlugin: false })
+    const res = await runCli(['status'], { cwd: folder, env: alone })
+    expect(res.code).toBe(2)
+    expect(res.stderr).toBe(`The project in ${fs.realpathSync(folder)} does not use cds-event-queues: add it with npm add cds-event-queues.\n`)
+  })
+})
+
 describe('the CLI refuses bad input with exit code 2, and a failing database with 1', () => {
   test.each([
     [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, help.'],
