@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { beforeDisconnect } from '../lib/cap/lifecycle'
 import { requireRoles } from '../lib/cap/services'
 import { LagHistory } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
@@ -40,7 +41,7 @@ export default class EventQueuesService extends cds.ApplicationService {
     const sample = () => cds.tx(() => queries.statistics()) as unknown as Promise<QueueStatistics[]>
     const history = new LagHistory(sample, settings.lagSampleInterval)
     cds.once('served', () => history.start())
-    cds.once('shutdown', () => history.stop())
+    if (cds.db) beforeDisconnect(cds.db, () => history.stop())
 
     /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
     const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake())

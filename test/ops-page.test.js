@@ -98,6 +98,28 @@ describe('the lag history', () => {
     ])
   })
 
+  test('stop waits for the sample in progress and takes no more, so the database can disconnect', async () => {
+    let release
+    let calls = 0
+    const history = new LagHistory(() => {
+      calls++
+      return new Promise(resolve => (release = () => resolve([{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: 1 }])))
+    }, 1000)
+    const running = history.sample()
+    let stopped = false
+    const stopping = history.stop().then(() => (stopped = true))
+    await Promise.resolve()
+    expect(stopped).toBe(false)
+    release()
+    await Promise.all([running, stopping])
+    expect(stopped).toBe(true)
+    await history.sample()
+    history.start()
+    expect(calls).toBe(1)
+    expect((await history.history()).map(s => s.relayLag)).toEqual([1])
+    expect(calls).toBe(1)
+  })
+
   test('a sample the database refuses costs that point only', async () => {
     let failing = true
     const history = new LagHistory(async () => {

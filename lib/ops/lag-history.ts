@@ -39,6 +39,7 @@ export class LagHistory {
   private readonly samples: LagSample[] = []
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
+  private stopped = false
 
   constructor(
     private readonly count: () => Promise<QueueCounts[]>,
@@ -48,15 +49,21 @@ export class LagHistory {
 
   /** Samples now and then every `interval` ms; the timer never keeps the process alive. */
   start(): void {
-    if (this.timer) return
+    if (this.timer || this.stopped) return
     void this.sample()
     this.timer = setInterval(() => void this.sample(), this.interval)
     this.timer.unref()
   }
 
-  stop(): void {
+  /**
+   * No more samples; resolves once a sample in progress is done. Called before the database disconnects: a sample
+   * started after that would open a new pool on a database service that is going away.
+   */
+  stop(): Promise<void> {
+    this.stopped = true
     clearInterval(this.timer)
     this.timer = undefined
+    return this.running ?? Promise.resolve()
   }
 
   /** The samples of the last hour, oldest first, with a fresh one at the end so the newest point is never stale. */
@@ -67,6 +74,7 @@ export class LagHistory {
 
   /** Takes one sample; concurrent callers share a sample in progress. A failing database only costs a point. */
   sample(): Promise<void> {
+    if (this.stopped) return Promise.resolve()
     this.running ??= this.take().finally(() => (this.running = undefined))
     return this.running
   }
