@@ -8,6 +8,21 @@ import type { Streams } from './output'
  * own database configuration (`cds.env`, with its profiles), without starting the app.
  */
 
+type EmitWarning = (warning: string | Error, ...rest: unknown[]) => void
+
+/**
+ * Node 22's node:sqlite (the driver of @cap-js/sqlite 3) warns on every start that it is experimental: noise on an
+ * operator's terminal and in the stderr scripts read. Every other warning still shows.
+ */
+function quietSqliteWarning(): void {
+  const emit = process.emitWarning.bind(process) as EmitWarning
+  const filtered: EmitWarning = (warning, ...rest) => {
+    const text = typeof warning === 'string' ? warning : warning.message
+    if (!/SQLite is an experimental feature/.test(text)) emit(warning, ...rest)
+  }
+  process.emitWarning = filtered as typeof process.emitWarning
+}
+
 /** Runs the CLI; resolves to the process's exit code (never rejects). */
 export async function main(argv: string[], streams: Streams = process): Promise<number> {
   let invocation
@@ -26,6 +41,7 @@ export async function main(argv: string[], streams: Streams = process): Promise<
     streams.stderr.write(`cds-event-queues ${invocation.command} failed: ${describeFailure(e)}\n`)
     process.exit(EXIT.FAILED)
   })
+  quietSqliteWarning()
   // Before cds is loaded: cds.env is computed once, with the profile it finds then.
   if (invocation.options.profile) process.env.CDS_ENV = invocation.options.profile
   try {
