@@ -3,6 +3,7 @@ import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
 import { beforeDisconnect } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
+import { mountOpsPage } from './lib/ops/page'
 import { activate } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
 
@@ -22,6 +23,8 @@ else {
   const plugin = activate(cds.env)
   installApi(plugin)
 
+  // The ops page comes with the operator service and is restricted like it.
+  if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
   cds.on('served', () => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
   })

@@ -13,3 +13,8 @@ export function beforeDisconnect(db: cds.DatabaseService, before: () => Promise<
     return disconnect(tenant)
   }
 }
+
+/** Closes the database service's connections (its pool), as `cds.shutdown` does: a one-off process can then exit. */
+export function disconnect(db: cds.DatabaseService): Promise<void> {
+  return (db as unknown as { disconnect(): Promise<void> }).disconnect()
+}
