@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
-import { beforeDisconnect } from './lib/cap/lifecycle'
+import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { activate } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
@@ -20,7 +20,8 @@ if (!building) {
   const plugin = activate(cds.env)
   installApi(plugin)
 
-  cds.on('served', () => {
+  // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
+  onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
   })
   cds.on('shutdown', () => plugin.runner.stop())
