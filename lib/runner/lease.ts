@@ -32,6 +32,8 @@ export class Lease {
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
+  /** The message's attempt has begun; a batch's later messages are held until their turn (see slot.ts). */
+  started = false
 
   constructor(
     readonly claim: Claim,

@@ -77,11 +77,12 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
 function attemptAll(store: Store, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
   if (entries.length === 1) {
     const { row, lease } = entries[0]
+    lease.started = true
     return attempt(row, lease.claim, queue, store, lease.signal).then(result => [result])
   }
   const batch: BatchEntry[] = entries.map(entry => {
     const { row, lease } = entry
-    const start = () => !lease.signal.aborted && (entry.started = true)
+    const start = () => !lease.signal.aborted && (entry.started = lease.started = true)
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
   })
   return attemptBatch(batch, queue, store)
