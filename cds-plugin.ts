@@ -4,8 +4,7 @@ import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { activate } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
-
-const LOG = cds.log('queue')
+import { LOG } from './lib/log'
 
 // Wiring only: what the plugin does lives in lib/.
 

@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
-import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
+import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
 
 /**
  * The message codec: a request or event ⇄ the JSON in `cds.outbox.Messages.msg`, in the shape CAP's built-in
@@ -10,11 +10,6 @@ import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './inte
 
 const INTERNAL_USER = 'cds.internal.user'
 const COPIED = ['inbound', 'event', 'data', 'headers', 'queue', 'results', 'method', 'path', 'params', 'entity'] as const
-
-/** Headers that carry credentials: never persisted, whoever put them on the request. */
-const SECRET_HEADERS = new Set([
-  'authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-approuter-authorization', 'x-csrf-token'
-])
 
 /** What a queued call looks like to the codec: a `cds.Event` or `cds.Request`. */
 export interface Dispatchable {
@@ -46,10 +41,10 @@ function storedContext(context: ContextLike): StoredContext {
   return stored
 }
 
-function withoutSecrets(headers: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+/** Headers that carry credentials are never persisted, whoever put them on the request (the queue's rule, secrets.ts). */
+function withoutSecrets(headers: Record<string, unknown> | undefined, secret: HeaderRule): Record<string, unknown> | undefined {
   if (!headers || typeof headers !== 'object') return headers
-  const kept = Object.entries(headers).filter(([name]) => !SECRET_HEADERS.has(name.toLowerCase()))
-  return Object.fromEntries(kept)
+  return Object.fromEntries(Object.entries(headers).filter(([name, value]) => !secret(name, value)))
 }
 
 /** JSON.stringify that refuses what it would silently drop or mangle, naming where it found it. */
@@ -85,11 +80,11 @@ function eventOf(req: Dispatchable): string | undefined {
   return event?.slice(0, 255)
 }
 
-export function encode(req: Dispatchable, context: ContextLike, serviceName: string): Encoded {
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule): Encoded {
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
-  if (msg.headers) msg.headers = withoutSecrets(msg.headers)
+  if (msg.headers) msg.headers = withoutSecrets(msg.headers, secretHeader)
   if (req.query) {
     msg.query = storableQuery(req.query)
     delete msg.data // for queries, req.data is derived from req.query

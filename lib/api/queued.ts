@@ -8,8 +8,7 @@ import type { EventQueues } from '../plugin'
 import { dispatchNow } from '../runner/dispatch'
 import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
 import { taskMessage } from './schedule'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 const $queued = Symbol.for('cds-event-queues.queued')
 const $unqueued = Symbol.for('cds-event-queues.unqueued')
@@ -65,7 +64,7 @@ export function unqueued<T>(srv: T): T {
 
 async function enqueue(plugin: EventQueues, original: Service, queue: QueueSettings, req: Dispatchable): Promise<undefined> {
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
-  const encoded = encode(req, context, original.name)
+  const encoded = encode(req, context, original.name, queue.secretHeader)
   assertSize(encoded.msg, queue.maxMessageSize, req.event)
   if (!queue.persistent || !cds.db) return keepInMemory(context, encoded.msg, queue.name)
   const { runner } = plugin

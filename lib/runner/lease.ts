@@ -2,8 +2,7 @@ import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
 import { inOwnTransaction, type Store } from '../store'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000

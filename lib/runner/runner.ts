@@ -12,8 +12,7 @@ import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
 import { Slots } from './slots'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * The background runner's lifecycle: it starts when the app is served (sweeping what earlier processes left), claims

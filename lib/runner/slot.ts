@@ -1,4 +1,3 @@
-import cds from '@sap/cds'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type Store } from '../store'
 import { claimOf } from '../store/rules'
@@ -8,8 +7,7 @@ import { enqueueLease } from './reservations'
 import { AttemptAborted, Lease, Renewals } from './lease'
 import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * A batch's messages that have not started after this long go back to the queue (see `handBackRest`): a batch of
