@@ -7,7 +7,7 @@ import { orderingKeyOf } from '../ordering'
 import type { EventQueues } from '../plugin'
 import { dispatchNow } from '../runner/dispatch'
 import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
-import { taskMessage } from './schedule'
+import { upsertTask } from './schedule'
 import { LOG } from '../log'
 
 const $queued = Symbol.for('cds-event-queues.queued')
@@ -70,7 +70,7 @@ async function enqueue(plugin: EventQueues, original: Service, queue: QueueSetti
   const { runner } = plugin
   const task = req.queue?.task
   if (task) {
-    await runner.store.upsertTask(taskMessage(queue, encoded, { ...req.queue, task }, plugin.settings.appid))
+    await upsertTask(runner.store, queue, encoded, { ...req.queue, task }, plugin.settings.appid)
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
     const orderingKey = orderingKeyOf(req, queue.orderingKey)
