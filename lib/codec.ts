@@ -47,20 +47,35 @@ function withoutSecrets(headers: Record<string, unknown> | undefined, secret: He
   return Object.fromEntries(Object.entries(headers).filter(([name, value]) => !secret(name, value)))
 }
 
-/** JSON.stringify that refuses what it would silently drop or mangle, naming where it found it. */
+/**
+ * What JSON.stringify would silently drop or mangle, described; undefined for what it keeps. `raw` is the value as
+ * the payload holds it (a Buffer's `toJSON` hands the replacer `{ type, data }` instead).
+ */
+function mangled(raw: unknown): string | undefined {
+  if (typeof raw === 'function' || typeof raw === 'symbol' || typeof raw === 'bigint') return `a ${typeof raw}`
+  if (typeof raw === 'number' && !Number.isFinite(raw)) return String(raw)
+  if (raw instanceof Map || raw instanceof Set || raw instanceof WeakMap || raw instanceof WeakSet) return `a ${raw.constructor.name}`
+  if (Buffer.isBuffer(raw)) return 'a Buffer'
+  if (ArrayBuffer.isView(raw) || raw instanceof ArrayBuffer) return `a ${raw.constructor.name}`
+  return undefined
+}
+
+/**
+ * JSON.stringify that refuses what it would silently drop or mangle (functions, BigInt, Map and Set become `{}`,
+ * NaN and Infinity `null`, a Buffer `{ type, data }`), naming where it found it.
+ */
 function strictJSON(value: unknown, event: string | undefined): string {
   try {
-    return JSON.stringify(value, function (key, v: unknown) {
-      if (typeof v === 'function' || typeof v === 'symbol' || typeof v === 'bigint') {
-        throw new TypeError(`'${key}' is a ${typeof v}`)
-      }
+    return JSON.stringify(value, function (this: Record<string, unknown>, key, v: unknown) {
+      const what = mangled(this[key])
+      if (what) throw new TypeError(`'${key}' is ${what}`)
       return v
     })
   } catch (e) {
     const reason = e instanceof Error ? e.message : String(e)
     throw new QueueError(
       `Cannot queue event ${JSON.stringify(event)}: its payload is not serialisable as JSON (${reason}). ` +
-        'Queued data and headers must be plain JSON values.',
+        'Queued data and headers must be plain JSON values: convert Maps and Sets to objects or arrays, binary data to base64 strings.',
       'UNSERIALISABLE_MESSAGE'
     )
   }
