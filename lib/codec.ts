@@ -11,6 +11,18 @@ import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage } 
 const INTERNAL_USER = 'cds.internal.user'
 const COPIED = ['inbound', 'event', 'data', 'headers', 'queue', 'results', 'method', 'path', 'params', 'entity'] as const
 
+/**
+ * `task` and `orderingKey` are String(255) columns. PostgreSQL counts their length in characters (code points) and
+ * cannot store NUL; SQLite checks neither. Values are checked against this at the call, so every database accepts
+ * and refuses the same ones, with the same error.
+ */
+export const NAME_RULE = 'at most 255 characters without NUL characters'
+
+/** Whether `value` fits a String(255) name column on every database (see `NAME_RULE`). */
+export function fitsNameColumn(value: string): boolean {
+  return !value.includes('\u0000') && [...value].length <= 255
+}
+
 /** What a queued call looks like to the codec: a `cds.Event` or `cds.Request`. */
 export interface Dispatchable {
   event?: string

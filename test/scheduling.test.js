@@ -157,6 +157,24 @@ describe('scheduling', () => {
       expect(await tasks()).toEqual([])
     })
 
+    test('task names are measured in characters and may not contain NUL, with the same clear error on every database', async () => {
+      await srv.schedule('tick').as('🕐'.repeat(255)).after('1h')
+      expect((await tasks()).map(r => r.task)).toEqual(['🕐'.repeat(255)])
+      expect(() => srv.schedule('tick').as('🕐'.repeat(256))).toThrow(/^Invalid task name of Target\.schedule\("tick"\)\.as\(\): "(?:🕐)+"\. Expected a non-empty task name of at most 255 characters without NUL characters\.$/)
+      expect(() => srv.schedule('tick').as('nightly\u0000')).toThrow('Invalid task name of Target.schedule("tick").as(): "nightly\\u0000". Expected a non-empty task name')
+      await expect(srv.unschedule('nightly\u0000')).rejects.toThrow('Invalid task name of Target.unschedule(): "nightly\\u0000"')
+      expect(await srv.unschedule('🕐'.repeat(255))).toBe(1)
+    })
+
+    test('a task named after its event, by default, follows the same rule: a long or NUL event name fails at the call', async () => {
+      const long = 'replicate'.repeat(30)
+      await expect(srv.schedule(long).after('1h')).rejects.toThrow(
+        `Invalid task name (the event name) of Target.schedule(...): "${long}". Expected a non-empty task name of at most 255 characters without NUL characters; name it with .as(name).`
+      )
+      await expect(srv.schedule('tick\u0000').after('1h')).rejects.toThrow('Invalid task name (the event name) of Target.schedule(...): "tick\\u0000"')
+      expect(await tasks()).toEqual([])
+    })
+
     test('schedule and unschedule work the same on the queued proxy, and CAP 9\'s schedule.task / asTask / unschedule.task are aliases', async () => {
       await cds.queued(srv).schedule('tick', { via: 'proxy' }).after('1h')
       await srv.schedule.task('tick', { via: 'schedule.task' }).after('1h')

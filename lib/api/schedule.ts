@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { requestFromSendArgs } from '../cap/requests'
-import { messageDueAt, type Encoded } from '../codec'
+import { fitsNameColumn, messageDueAt, NAME_RULE, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
 import type { QueueInfo, QueueSettings } from '../interfaces'
 import type { EventQueues } from '../plugin'
@@ -15,9 +15,6 @@ import { firstRun } from '../time/recurrence'
  * task name; its timing travels in `msg.queue` (`{ task, after?, every? }`, CAP's shape: `every` is milliseconds
  * or a cron string), and each successful occurrence moves the row to the next one.
  */
-
-/** `task` is a String(255) column. */
-const MAX_TASK_NAME = 255
 
 interface TaskRequest {
   event?: string
@@ -80,9 +77,9 @@ function interval(value: unknown, what: string): number | string {
   throw invalid(what, value, `an interval > 0, as ${DURATION_FORMS}; or ${CRON_FORMS}`)
 }
 
-function taskName(value: unknown, what: string): string {
-  if (typeof value === 'string' && value.trim() && value.length <= MAX_TASK_NAME) return value
-  throw invalid(what, value, `a non-empty task name of at most ${MAX_TASK_NAME} characters`)
+function taskName(value: unknown, what: string, hint = ''): string {
+  if (typeof value === 'string' && value.trim() && fitsNameColumn(value)) return value
+  throw invalid(what, value, `a non-empty task name of ${NAME_RULE}${hint}`)
 }
 
 /**
@@ -140,6 +137,8 @@ export class ScheduleBuilder implements PromiseLike<void> {
     if (!this.queue.task) {
       throw new QueueError(`${this.srv.name}.schedule(...) has no event name to name the task by; name it with .as(name)`, 'INVALID_QUEUE_INPUT')
     }
+    // Named after its event unless `.as()` named it: the event name must fit too.
+    taskName(this.queue.task, `task name (the event name) of ${this.srv.name}.schedule(...)`, '; name it with .as(name)')
     const proxy = cds.queued(this.srv) as unknown as { send(req: TaskRequest): Promise<unknown> }
     await proxy.send(this.req)
   }
