@@ -11,10 +11,12 @@ describe('graceful shutdown', () => {
   test('the shutdown log counts the handlers still running and the messages handed back, not the unstarted rest of their batches', async () => {
     const srv = await cds.connect.to('Target')
     const started = []
-    // every handler waits until its signal aborts: only the first message of each batch ever starts
+    // Every handler runs until its signal aborts, and takes a second more to stop (as a remote call that does not
+    // take a signal would): only the first message of each batch ever starts, and the hand-back at shutdown, not the
+    // handler's own end, gives its message back.
     srv.on('hang', req => {
       started.push(req.data.n)
-      return new Promise((_, reject) => req.queue.signal.addEventListener('abort', () => reject(req.queue.signal.reason)))
+      return new Promise((_, reject) => req.queue.signal.addEventListener('abort', () => setTimeout(() => reject(req.queue.signal.reason), 1000)))
     })
     const rows = Array.from({ length: 40 }, (_, n) => capRow({ event: 'hang', data: { n } }))
     await INSERT.into(MESSAGES).entries(rows)
@@ -31,6 +33,7 @@ describe('graceful shutdown', () => {
     warn.mockRestore()
     info.mockRestore()
 
+    await waitFor(() => !runner.busy, { what: 'the aborted handlers to end' })
     expect(started).toHaveLength(2)
     expect(await SELECT.from(MESSAGES).where({ status: 'processing' })).toEqual([])
     expect((await SELECT.from(MESSAGES).where({ attempts: 0 })).length).toBe(40)
