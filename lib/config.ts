@@ -72,6 +72,7 @@ function orderingKey(raw: Raw, where: string): OrderingKeySource | undefined {
 /** A header name (RFC 9110 token characters); `*` is one of them, and a wildcard in `secretHeaders`. */
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
 
+/** The header names of option `key`: a list (one name is a list of one), each allowed by `isAllowed`. */
 function headerNames(raw: Raw, key: string, where: string, allowed: string, isAllowed: (name: string) => boolean): string[] {
   const value = raw[key] ?? []
   const list = typeof value === 'string' ? [value] : value
