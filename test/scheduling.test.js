@@ -148,7 +148,9 @@ describe('scheduling', () => {
     })
 
     test("a task named with ':' that CAP's built-in queue registered is replaced, not duplicated, and unscheduled", async () => {
-      const row = { ...capRow({ event: 'tick', data: { by: 'CAP' } }), ID: capTaskId('Target:orders:nightly'), task: 'orders:nightly' }
+      // due in an hour, so that it is not run meanwhile
+      const inAnHour = new Date(Date.now() + HOUR)
+      const row = { ...capRow({ event: 'tick', data: { by: 'CAP' } }), ID: capTaskId('Target:orders:nightly'), task: 'orders:nightly', timestamp: inAnHour.toISOString(), dueAt: inAnHour }
       await INSERT.into(MESSAGES).entries(row)
       await srv.schedule('tick', { by: 'plugin' }).as('orders:nightly').after('1h')
       expect((await tasks()).map(r => [r.task, JSON.parse(r.msg).data.by])).toEqual([['orders:nightly', 'plugin']])
