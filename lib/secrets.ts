@@ -105,22 +105,32 @@ export function maskSecrets(text: string): string {
 /** How deep the properties of a logged error are masked; below, they are left out. */
 const MAX_DEPTH = 4
 
+/**
+ * The own enumerable data properties of `value`. Getters are left out: reading one may throw (or do anything), and
+ * nothing that prints or stores an error may fail because of it.
+ */
+function ownData(value: object): [string, unknown][] {
+  return Object.entries(Object.getOwnPropertyDescriptors(value))
+    .filter(([, d]) => d.enumerable && 'value' in d)
+    .map(([key, d]) => [key, d.value as unknown])
+}
+
 /** `value` of property `key` with credentials masked: secret-named values as a whole, strings by their content. */
 function maskedProperty(key: string, value: unknown, depth: number, seen: Set<object>): unknown {
   if (isSecretName(key) && value !== undefined && value !== null && value !== '') return MASK
   if (typeof value === 'string') return maskSecrets(value)
   if (!value || typeof value !== 'object') return value
-  if (value instanceof Error) return maskedError(value, depth + 1, seen)
   if (seen.has(value) || depth >= MAX_DEPTH) return '[…]'
+  if (value instanceof Error) return maskedError(value, depth + 1, seen)
   seen.add(value)
   if (Array.isArray(value)) return value.map((v, i) => maskedProperty(String(i), v, depth + 1, seen))
-  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, maskedProperty(k, v, depth + 1, seen)]))
+  return Object.fromEntries(ownData(value).map(([k, v]) => [k, maskedProperty(k, v, depth + 1, seen)]))
 }
 
 /** Name, message and code of an error and its own plain properties, masked: the `#failed` callback's data. */
 export function maskedErrorData(error: Error): Record<string, unknown> {
   const own: Record<string, unknown> = {}
-  for (const [key, value] of Object.entries(error)) {
+  for (const [key, value] of ownData(error)) {
     if (value === null || ['string', 'number', 'boolean'].includes(typeof value)) own[key] = maskedProperty(key, value, 0, new Set())
   }
   const e = error as Error & { code?: unknown }
@@ -139,14 +149,30 @@ function maskedError(error: Error, depth = 0, seen = new Set<object>()): Error {
   define('message', maskSecrets(error.message))
   define('stack', maskSecrets(error.stack ?? `${error.name}: ${error.message}`))
   if ('cause' in error) define('cause', maskedProperty('cause', error.cause, depth, seen))
-  for (const [key, value] of Object.entries(error)) copy[key] = maskedProperty(key, value, depth, seen)
+  for (const [key, value] of ownData(error)) if (key !== 'cause') copy[key] = maskedProperty(key, value, depth, seen)
   return copy
 }
 
 /** A log argument with credentials masked: strings by their content, errors as masked copies, objects as printed. */
-export function maskedForLog(arg: unknown): unknown {
+function masked(arg: unknown): unknown {
   if (typeof arg === 'string') return maskSecrets(arg)
   if (arg instanceof Error) return maskedError(arg)
   if (arg && typeof arg === 'object') return maskSecrets(inspect(arg, { depth: MAX_DEPTH, breakLength: Infinity }))
   return arg
+}
+
+/**
+ * `masked(arg)`, and never a throw: a log line must not fail the code that writes it. An error whose message or stack
+ * cannot be read is printed as far as `inspect` can, else named as unprintable.
+ */
+export function maskedForLog(arg: unknown): unknown {
+  try {
+    return masked(arg)
+  } catch {
+    try {
+      return maskSecrets(inspect(arg, { depth: MAX_DEPTH, breakLength: Infinity }))
+    } catch {
+      return '[a value that cannot be printed]'
+    }
+  }
 }

@@ -104,6 +104,24 @@ describe('faults: secrets', () => {
     for (const secret of [API_KEY, 'Url-Pw-0815', TOKEN]) expect(everything).not.toContain(secret)
   })
 
+  test('masking an error whose property throws when read still records the dead letter, its callback and its log line', async () => {
+    await emptyTable()
+    let received
+    srv.on('unreadable', () => {
+      const error = new Error('unreadable failure, password=pw-4711')
+      Object.defineProperty(error, 'details', { enumerable: true, get: () => { throw new Error('details cannot be read') } })
+      throw error
+    })
+    srv.after('unreadable/#failed', error => void (received = error))
+    logged.length = 0
+    await cds.tx(() => cds.queued(srv).emit('unreadable', {}))
+    await waitFor(() => received, { timeout: 20000, what: 'the #failed callback' })
+    expect(received).toMatchObject({ message: 'unreadable failure, password=***' })
+    const dead = await SELECT.one.from(MESSAGES).where({ event: 'unreadable' })
+    expect(dead.lastError).toMatch(/^Error: unreadable failure, password=\*\*\*/)
+    expect(logged.some(line => line.includes('unreadable failure, password=***'))).toBe(true)
+  })
+
   describe('lastError and the log mask every shape of credential, and keep the text around it', () => {
     beforeAll(async () => {
       srv.on('shape', req => {
