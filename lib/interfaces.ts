@@ -40,7 +40,12 @@ export interface QueueSettings {
   orderingOnDeadLetter: DeadLetterOrdering
   /** Handler slots of this queue in one process (never more than the runner's `concurrency`). */
   concurrency: number
+  /** Which headers of this queue's calls are never stored (from `secretHeaders` and `keepHeaders`, see secrets.ts). */
+  secretHeader: HeaderRule
 }
+
+/** Whether a header of a queued call carries a credential, so that it is not stored. */
+export type HeaderRule = (name: string, value: unknown) => boolean
 
 /** Derives an ordering key from a request about to be queued; `undefined` or `null` = unordered. */
 export type OrderingKeySource = (req: { event?: string; data?: unknown; headers?: Record<string, unknown> }) => unknown

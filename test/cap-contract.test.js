@@ -158,6 +158,17 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('lifecycle (lib/cap/lifecycle.ts)', () => {
+    test("`cds serve` runs as cds.cli.command 'serve' and emits 'listening' only after every 'served' handler completed", async () => {
+      const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'contract-child.js')], {
+        cwd: APP,
+        env: { ...process.env, CHECK: 'listening-after-served', TEST_APP_DEPLOY: 'no', CDS_CONFIG: JSON.stringify({ requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } } } }) },
+        timeout: 30000
+      })
+      expect(JSON.parse(stdout.trim().split('\n').pop())).toEqual({ events: ['served: serve', 'served handler done', 'listening'] })
+    })
+  })
+
   describe('requests (lib/cap/requests.ts)', () => {
     test('cds.Service.prototype.send builds its request from each argument form and hands it to this.dispatch', () => {
       const { requestFromSendArgs } = require('../lib/cap/requests')

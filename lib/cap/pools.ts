@@ -1,6 +1,5 @@
 import cds from '@sap/cds'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 interface PooledConnection {
   open?: boolean

@@ -1,4 +1,4 @@
-import cds from '@sap/cds'
+import { LOG } from '../log'
 
 /**
  * The relay lag of the last hour, sampled in memory by the process serving the ops page.
@@ -8,8 +8,6 @@ import cds from '@sap/cds'
  * instance samples the same shared table, so any instance's history is the app's; a restarted instance starts an
  * empty one (the page says since when it has samples).
  */
-
-const LOG = cds.log('queue')
 
 /** How far back the history goes: what the page's chart shows. */
 export const HISTORY_WINDOW = 60 * 60 * 1000

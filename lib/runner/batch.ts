@@ -8,6 +8,7 @@ import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, type Service } from './dispatch'
 import { failed, succeeded } from './outcomes'
+import { LOG } from '../log'
 
 /**
  * Several claimed messages in one database transaction: a transaction per message caps throughput at the
@@ -151,7 +152,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
   // `req.on('succeeded')` of each message fires once its work is committed, i.e. after the transaction.
   for (const { entry, tx } of handled) {
     entry.committed()
-    await tx.commit().catch((e: unknown) => cds.log('queue').warn(`${entry.row.target}: message ${entry.row.ID}: a 'succeeded' listener failed after commit:`, e))
+    await tx.commit().catch((e: unknown) => LOG.warn(`${entry.row.target}: message ${entry.row.ID}: a 'succeeded' listener failed after commit:`, e))
     results[entry.index] = { outcome: { kind: 'succeeded' }, message: entry.message }
   }
   return taken

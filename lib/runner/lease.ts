@@ -2,8 +2,7 @@ import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
 import type { Store } from '../store'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
@@ -32,6 +31,8 @@ export class Lease {
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
+  /** The message's attempt has begun; a batch's later messages are held until their turn (see slot.ts). */
+  started = false
 
   constructor(
     readonly claim: Claim,

@@ -13,8 +13,7 @@ import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
 import { Slots } from './slots'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * The background runner's lifecycle: it starts when the app is served (sweeping what earlier processes left), claims
@@ -117,25 +116,37 @@ export class Runner {
     await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
-    if (this.leases.size) await this.handBackRunning()
+    await this.handBackRunning()
     await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()
   }
 
   /**
-   * Aborts the handlers still running after the grace period and hands their messages back. Each release is guarded
-   * by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
+   * Aborts the handlers still running after the grace period and hands their messages back, with the messages of
+   * their batches that have not started (those a batch already handed back are no longer held). Each release is
+   * guarded by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
    */
   private async handBackRunning(): Promise<void> {
     const leases = [...this.leases]
-    LOG.warn(`${leases.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing their messages back`)
-    for (const lease of leases) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
+    const running = leases.filter(l => l.started)
+    const waiting = leases.filter(l => !l.started && !l.signal.aborted)
+    if (running.length + waiting.length === 0) return
+    const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
+    LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing back their messages${rest}`)
+    for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
     try {
-      const released = await inOwnTransaction(() => this.store.release(leases.map(l => l.claim), new Date()))
-      LOG.info(`handed back ${released} messages; ${leases.length - released} had completed meanwhile`)
+      const [fromRunning, fromWaiting] = await inOwnTransaction(async () => [
+        await this.store.release(running.map(l => l.claim), new Date()),
+        await this.store.release(waiting.map(l => l.claim), new Date())
+      ])
+      // An aborted handler's own slot hands its message back too, racing this release: which of the two did it, or
+      // whether the row completed or was taken over first, is not known here.
+      const gone = running.length - fromRunning + (waiting.length - fromWaiting)
+      const meanwhile = gone ? `; ${gone} were no longer claimed by this process (handed back by their aborted handler's slot, completed or taken over)` : ''
+      LOG.info(`handed back ${fromRunning + fromWaiting} messages (${fromRunning} of running handlers, ${fromWaiting} not started)${meanwhile}`)
     } catch (e) {
-      LOG.error(`could not hand back ${leases.length} messages at shutdown; they are taken over when their leases expire:`, e)
+      LOG.error(`could not hand back ${running.length + waiting.length} messages at shutdown; they are taken over when their leases expire:`, e)
     }
   }
 

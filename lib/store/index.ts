@@ -139,6 +139,11 @@ export class Store {
     return this.changes(statements.deleteRow(ID))
   }
 
+  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
+  async unscheduleIfTask(ID: string, task: string): Promise<number> {
+    return this.changes(statements.deleteTask(ID, task, this.own))
+  }
+
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
    * process) and rows whose ordering key is busy. A row whose previous lease expired counts that lost attempt, so a

@@ -2,7 +2,7 @@ import cds from '@sap/cds'
 import { postgresConnectionConfig } from '../cap/database-options'
 import { executeOnPostgres, type Result } from '../cap/drivers'
 
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /** What the side connection uses of a `pg` client. */
 interface Client {
