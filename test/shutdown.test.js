@@ -42,3 +42,17 @@ describe('graceful shutdown', () => {
     expect(logged.join('\n')).not.toMatch(/completed meanwhile/)
   })
 })
+
+describe('a stop while the runner starts', () => {
+  // cds.test's teardown stops the app while the runner may still await its start's first statement: nothing of the
+  // start may outlive the stop (on PostgreSQL a listening connection reconnecting after the database is gone).
+  test('leaves nothing running: no loop, no listening connection', async () => {
+    const { runner } = eventQueues()
+    await runner.stop()
+    const starting = runner.start()
+    const stopping = runner.stop()
+    await Promise.all([starting, stopping])
+    expect(runner.running).toBe(false)
+    expect(runner.notifier).toBeUndefined()
+  })
+})

@@ -84,6 +84,8 @@ export class Runner {
       // A database unreachable at start must not leave the runner dead: claims back off until it is back.
       LOG.warn('could not check the indexes of the queue table; claims work without them, but slower:', e)
     }
+    // Stopped while the indexes were checked (a test's teardown, a failed start): nothing may start after the stop.
+    if (this.stopping || !this.started) return
     const listen = this.store.listenStatement
     if (listen) {
       this.notifier = new Notifier(listen, () => this.wake())
