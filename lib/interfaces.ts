@@ -88,6 +88,8 @@ export interface MessageRow {
   interrupted: number
   /** A row from before CAP had `appid` whose `msg` names no service: the service its target names. */
   serviceOfOldRow?: string
+  /** Its ordering key: when it is done, the next message of the key becomes due. */
+  orderingKey?: string | null
 }
 
 /** The claim a process holds on a row; outcomes are only written while it still holds it. */
@@ -95,6 +97,8 @@ export interface Claim {
   ID: string
   claimedBy: string
   claimedAt: number
+  /** The row's ordering key, where it has one: completing the row makes the next message of the key due. */
+  orderingKey?: string | null
 }
 
 /** A row to be written. */

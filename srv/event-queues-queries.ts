@@ -1,5 +1,7 @@
+import cds from '@sap/cds'
 import { decode } from '../lib/codec'
 import type { QueueRegistry } from '../lib/queues'
+import { Store } from '../lib/store'
 import { deadLettersCqn, ENTITY, isDeadLetter, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
 
 /**
@@ -79,9 +81,16 @@ export class OperatorQueries {
 
   constructor(
     private readonly queues: QueueRegistry,
-    appid: string | undefined
+    private readonly appid: string | undefined
   ) {
     this.own = ownRowsCqn(appid)
+  }
+
+  private storeInstance: Store | undefined
+
+  /** The queue's statements, for what deleting a message of an ordering key entails (see `remove`). */
+  private get store(): Store {
+    return (this.storeInstance ??= new Store(cds.db.kind, this.appid))
   }
 
   /** The condition that restricts a query on `cds.outbox.Messages` to this app's rows. */
@@ -183,9 +192,14 @@ export class OperatorQueries {
     return revived
   }
 
+  /** Deletes dead letters; a dead letter that held back its ordering key lets the key's next message run. */
   async remove(IDs: string[]): Promise<number> {
     let removed = 0
-    for (const some of chunks(IDs)) removed += await DELETE.from(MESSAGES).where({ ID: { in: some } }).and(this.deadLetters())
+    for (const some of chunks(IDs)) {
+      const keyed = (await SELECT.from(MESSAGES).columns('orderingKey').where({ ID: { in: some } }).and(this.deadLetters())) as { orderingKey: string | null }[]
+      removed += await DELETE.from(MESSAGES).where({ ID: { in: some } }).and(this.deadLetters())
+      await this.store.promoteNext(keyed.map(r => r.orderingKey))
+    }
     return removed
   }
 

@@ -22,7 +22,7 @@ export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt' | 'in
   keyLocked?: unknown
 }
 
-export function messageRow({ orderingKey: _k, keyLocked: _l, ...r }: RawRow): MessageRow {
+export function messageRow({ keyLocked: _l, ...r }: RawRow): MessageRow {
   return { ...r, attempts: Number(r.attempts ?? 0), interrupted: Number(r.interrupted ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
 }
 

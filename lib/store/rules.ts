@@ -108,10 +108,17 @@ export function deadLettersCqn({ byLimit, otherwise }: AttemptLimits, dead = tru
 /** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
 
+/**
+ * `dueAt` of a message held back behind an earlier message of its ordering key: past any claim's range, so claims
+ * never read it, however many there are. When its key's earlier messages are done, it becomes due at its `timestamp`
+ * (see `promoteNext`). A text literal, so partial indexes and the statements that use them agree on every database.
+ */
+export const PARKED = "'9999-12-31T00:00:00.000Z'"
+
 /** What handing a claimed row back writes: nobody holds it. */
 export const UNCLAIMED = { sql: 'status = NULL, claimedBy = NULL, claimedAt = NULL', cqn: { status: null, claimedBy: null, claimedAt: null } } as const
 
 /** The claim of `row` as `claimedBy` holds it. */
 export function claimOf(row: MessageRow, claimedBy: string): Claim {
-  return { ID: row.ID, claimedBy, claimedAt: row.claimedAt }
+  return { ID: row.ID, claimedBy, claimedAt: row.claimedAt, orderingKey: row.orderingKey ?? null }
 }
