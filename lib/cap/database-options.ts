@@ -34,3 +34,13 @@ export function postgresConnectionConfig(db: cds.DatabaseService): Record<string
     ...options.client
   }
 }
+
+/**
+ * The SQLite driver @cap-js/sqlite was told to load (`cds.requires.db.driver`, or inside `credentials`, as its
+ * factory reads it: 'better-sqlite3', 'node' or 'sql.js'); undefined when it picks one itself.
+ */
+export function configuredSqliteDriver(db: cds.DatabaseService): string | undefined {
+  const options = (db as unknown as { options?: { driver?: unknown; credentials?: { driver?: unknown } } }).options
+  const driver = options?.driver ?? options?.credentials?.driver
+  return typeof driver === 'string' ? driver : undefined
+}

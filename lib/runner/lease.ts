@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
-import { inOwnTransaction, type Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
 
 const LOG = cds.log('queue')
 
@@ -77,7 +77,7 @@ export class Renewals {
 
   constructor(
     private readonly timeout: number,
-    private readonly store: Store,
+    private readonly store: QueueStore,
     private readonly leaseUntil: number
   ) {}
 

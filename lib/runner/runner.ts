@@ -5,7 +5,8 @@ import { Watchers } from '../cap/handlers'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
-import { inOwnTransaction, Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
+import { storeFor, usesPortableStore } from '../store/choose'
 import { AttemptAborted, type Lease } from './lease'
 import { Loop } from './loop'
 import { Monitor } from './monitor'
@@ -32,7 +33,7 @@ export class Runner {
   readonly queues: QueueRegistry
   private readonly loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
-  private storeInstance: Store | undefined
+  private storeInstance: QueueStore | undefined
   private watchers: Watchers | undefined
   private notifier: Notifier | undefined
   private stopped: Promise<void> | undefined
@@ -46,15 +47,22 @@ export class Runner {
     this.loop = new Loop(this, settings.runner)
   }
 
-  /** The store needs the database kind, known only once `cds.db` is connected. */
-  get store(): Store {
+  /** The store needs the database, known only once `cds.db` is connected (see store/choose.ts). */
+  get store(): QueueStore {
     if (!cds.db) throw new Error('cds-event-queues: no database connected (cds.db) for the persistent queue')
-    return (this.storeInstance ??= new Store(cds.db.kind, this.settings.appid, this.watchers))
+    return (this.storeInstance ??= storeFor(this.settings.runner.store, cds.db, this.settings.appid, this.watchers))
   }
 
-  /** The database service connected: what handlers it has now are its own (see `Watchers`). */
+  /**
+   * The database service connected: what handlers it has now are its own (see `Watchers`). A `store` option that
+   * does not fit the primary database fails its connect, so the app does not start.
+   */
   connected(db: cds.DatabaseService): void {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
+    if (db === cds.db || !cds.db) {
+      const portable = usesPortableStore(this.settings.runner.store, db)
+      LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
+    }
   }
 
   /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before they run. */
