@@ -18,6 +18,13 @@ const isNull = (column: string): Cqn => ({ xpr: [ref(column), 'is', 'null'] })
 const notNull = (column: string): Cqn => ({ xpr: [ref(column), 'is', 'not', 'null'] })
 const compare = (column: string, op: string, value: unknown): Cqn => ({ xpr: [ref(column), op, val(value)] })
 const inList = (column: string, values: unknown[]): Cqn => ({ xpr: [ref(column), 'in', { list: values.map(val) }] })
+/**
+ * Ascending, nulls last, as the indexes are built: @cap-js/postgres sorts ascending with NULLS FIRST unless told,
+ * which no index on these columns serves, so every claim would sort the whole backlog.
+ */
+const ascending = (...columns: string[]): string[] =>
+  // CQN order items ({ ref, sort, nulls }); CAP's types only know the string forms
+  columns.map(column => ({ ref: [column], sort: 'asc', nulls: 'last' }) as unknown as string)
 const all = (...terms: (Cqn | undefined)[]): Cqn => {
   const xpr: unknown[] = []
   for (const term of terms) if (term) xpr.push(...(xpr.length ? ['and'] : []), term)
@@ -49,29 +56,58 @@ export interface ClaimRow {
   orderingKey: string | null
 }
 
+const outer = (column: string) => ({ ref: ['r', column] })
+const inner = (column: string) => ({ ref: ['e', column] })
+
 /**
- * Due rows of this app (`own`) a claim may take, oldest due first, locked for this transaction; rows another
- * transaction holds locked (a claim in progress elsewhere) are skipped, not waited for. A row another runner set to
- * 'processing' without a claim of this plugin is left alone until the reconciliation gave it a lease of its own.
+ * Whether row `r` may be claimed as far as its ordering key goes (the native claim's `keyIsFree`): it is unordered,
+ * or it is the first of its key (by timestamp, then ID, compared by the database at its own precision) and no other
+ * row of its key runs under a lease still valid at `now`. Correlated subqueries on the rows `e` of this app (`own`).
  */
-export function candidates(own: Cqn, claimedAt: string, limit: number, skipTargets: string[]): Query {
+function keyIsFree(own: Cqn, now: string): Cqn {
+  const sameKey = [inner('orderingKey'), '=', outer('orderingKey')]
+  const earlier = { xpr: [inner('timestamp'), '<', outer('timestamp'), 'or', { xpr: [inner('timestamp'), '=', outer('timestamp'), 'and', inner('ID'), '<', outer('ID')] }] }
+  const before = SELECT.from(`${ENTITY} as e`).columns('ID').where(all({ xpr: sameKey }, own, earlier))
+  const running = SELECT.from(`${ENTITY} as e`).columns('ID')
+    .where(all({ xpr: sameKey }, own, compare('status', '=', PROCESSING), compare('dueAt', '>', now), { xpr: [inner('ID'), '<>', outer('ID')] }))
+  return { xpr: [outer('orderingKey'), 'is', 'null', 'or', { xpr: ['not', 'exists', before, 'and', 'not', 'exists', running] }] }
+}
+
+/**
+ * Due rows of this app (`own`) a claim may take, oldest due first, those of a busy ordering key left out, locked for
+ * this transaction; rows another transaction holds locked (a claim in progress elsewhere) are skipped, not waited
+ * for. A row another runner set to 'processing' without a claim of this plugin is left alone until the
+ * reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
+ */
+export function candidates(own: Cqn, ownE: Cqn, claimedAt: string, limit: number, skipTargets: string[]): Query {
   const claimable = { xpr: [isNull('status'), 'or', notNull('claimedBy')] }
-  const skip = skipTargets.length ? { xpr: [ref('target'), 'not', 'in', { list: skipTargets.map(val) }] } : undefined
-  const where = all(own, compare('dueAt', '<=', claimedAt), claimable, skip)
-  return skippingLocked(SELECT.from(ENTITY).columns(...CLAIM_COLUMNS).where(where).orderBy('dueAt').limit(limit))
+  const skip = skipTargets.length ? { xpr: [outer('target'), 'not', 'in', { list: skipTargets.map(val) }] } : undefined
+  const where = all(own, compare('dueAt', '<=', claimedAt), claimable, skip, keyIsFree(ownE, claimedAt))
+  return skippingLocked(SELECT.from(`${ENTITY} as r`).columns(...CLAIM_COLUMNS).where(where).orderBy(...ascending('dueAt')).limit(limit))
 }
 
-/**
- * Every row of the ordering keys `keys` (of this app), in key order (timestamp, then ID, compared by the database at
- * its own precision): the first row of a key is its head; which of them run under a live lease.
- */
-export function rowsOfKeys(ownRows: Cqn, keys: string[]): Query {
-  return SELECT.from(ENTITY).columns('ID', 'orderingKey', 'status', 'dueAt').where(all(ownRows, inList('orderingKey', keys))).orderBy('timestamp', 'ID')
+/** The candidates `IDs` whose ordering key is still free, in a statement of its own (it sees what committed since). */
+export function stillFree(IDs: string[], ownE: Cqn, claimedAt: string): Query {
+  return SELECT.from(`${ENTITY} as r`).columns('ID').where(all(inList('ID', IDs), keyIsFree(ownE, claimedAt)))
 }
 
-/** Locks the rows `IDs` for this transaction, skipping those another transaction holds: the IDs it could lock. */
-export function lockRows(IDs: string[]): Query {
-  return skippingLocked(SELECT.from(ENTITY).columns('ID').where(inList('ID', IDs)))
+/** Up to `limit` due, unclaimed rows of the ordering keys `keys` (of this app). */
+export function dueRowsOfKeys(own: Cqn, keys: string[], claimedAt: string, limit: number): Query {
+  return SELECT.from(ENTITY).columns('ID', 'orderingKey')
+    .where(all(own, inList('orderingKey', keys), isNull('status'), compare('dueAt', '<=', claimedAt))).limit(limit)
+}
+
+/** Locks the rows `IDs` that are still unclaimed, skipping those another transaction holds: the IDs it locked. */
+export function lockUnclaimed(IDs: string[]): Query {
+  return skippingLocked(SELECT.from(ENTITY).columns('ID').where(all(inList('ID', IDs), isNull('status'))))
+}
+
+/** The first `window` due, unclaimed rows of ordering key `key`, in key order; `lock`: locked, skipping rows others hold. */
+export function firstRowsOfKey(own: Cqn, key: string, claimedAt: string, window: number, lock: boolean): Query {
+  const query = SELECT.from(ENTITY).columns('ID')
+    .where(all(own, compare('orderingKey', '=', key), isNull('status'), compare('dueAt', '<=', claimedAt)))
+    .orderBy(...ascending('timestamp', 'ID')).limit(window)
+  return lock ? skippingLocked(query) : query
 }
 
 /** Claims rows that were unclaimed (`status` null) for `owner`, each only if it still is and is due. */
@@ -94,7 +130,7 @@ export function claimExpired(row: ClaimRow, owner: string, claimedAt: string, le
 
 /** The rows `IDs` as the claim of `owner` at `claimedAt` took them, in enqueue order. */
 export function claimedRows(owner: string, claimedAt: string, IDs: string[]): Query {
-  return SELECT.from(ENTITY).columns(...CLAIM_COLUMNS).where(all(compare('claimedBy', '=', owner), compare('claimedAt', '=', claimedAt), inList('ID', IDs))).orderBy('timestamp')
+  return SELECT.from(ENTITY).columns(...CLAIM_COLUMNS).where(all(compare('claimedBy', '=', owner), compare('claimedAt', '=', claimedAt), inList('ID', IDs))).orderBy(...ascending('timestamp'))
 }
 
 export function insert(message: NewMessage, appid: string | null, claim?: Claim, leaseUntil?: number): Query {
@@ -160,7 +196,7 @@ export function taskTimestamp(ID: string): Query {
 
 /** The next due time of this app's rows after `after`: the first row in the order of the claim's index. */
 export function nextDue(own: Cqn, after: number): Query {
-  return SELECT.one.from(ENTITY).columns('dueAt').where(all(own, compare('dueAt', '>', iso(after)))).orderBy('dueAt').limit(1)
+  return SELECT.from(ENTITY).columns('dueAt').where(all(own, compare('dueAt', '>', iso(after)))).orderBy(...ascending('dueAt')).limit(1)
 }
 
 /** Rows claimed in the names `owners` (a process's claims and its claims at enqueue). */

@@ -13,9 +13,10 @@ import type { Described } from './statements'
 /**
  * The portable store: the same statements as the native store (index.ts), in CQL through the current transaction,
  * so it runs on every database CAP runs on (SAP HANA, sql.js, SQLite and PostgreSQL too). What differs, and why:
- * - The claim is a locking SELECT (`forUpdate({ ignoreLocked: true })`: rows another claim holds are skipped) and
- *   UPDATEs by ID, each guarded by the state it read, so a database without row locks (SQLite) still never gives
- *   one row to two claims. The ordering-key checks read the keys' rows and decide in JS (see `keysFree`).
+ * - The claim is a locking SELECT (`forUpdate({ ignoreLocked: true })`: rows another claim holds are skipped) with
+ *   the ordering-key checks as correlated subqueries, then UPDATEs by ID, each guarded by the state it read, so a
+ *   database without row locks (SQLite) still never gives one row to two claims. Keys are re-checked after locking
+ *   (see `keysStillFree`) instead of PostgreSQL's advisory locks.
  * - No savepoints (CAP documents none), so no batches: the runner runs a transaction per message (queue-store.ts).
  * - No wake-up across processes: other instances find new messages by polling.
  * - Indexes: on SQLite and PostgreSQL (`indexes`) the runner creates the native store's; on SAP HANA they come with
@@ -23,11 +24,14 @@ import type { Described } from './statements'
  */
 
 /**
- * The rows of a key a claim locks beyond its own: a claim elsewhere that took a row of the key from an older snapshot
- * holds one of the first rows of the key as this claim sees them (it was the head in its snapshot; only rows
- * committed since, with earlier timestamps, can come before it), so locking the first few detects it.
+ * How many of a key's first due rows a claim locks (see `keysStillFree`): a claim elsewhere that took a row of the key
+ * from an older snapshot holds one of them, unless this many rows of the key with earlier timestamps committed in the
+ * moment between the two claims' reads.
  */
 const KEY_LOCK_WINDOW = 8
+
+/** Up to this many due rows of a claim's keys are all locked in one statement (see `keysLockedElsewhere`). */
+const KEYED_ROWS_LOCKED = 1000
 
 /** Keyed messages enqueued in one millisecond get distinct milliseconds (see `ordered`): entries for the present only. */
 const issuedPerKey = new Map<string, number>()
@@ -74,12 +78,11 @@ export class PortableStore implements QueueStore {
     return rows.sort((a, b) => a.timestamp - b.timestamp)
   }
 
-  /** One claim over the rows `own` selects: lock the candidates, keep those their key allows, mark them claimed. */
+  /** One claim over the rows `own` selects: lock the candidates, keep those whose key stays free, mark them claimed. */
   private async claimFrom(own: Cqn, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Promise<MessageRow[]> {
-    const candidates = (await q.candidates(own, claimedAt, limit, skipTargets)) as ClaimRow[]
+    const candidates = (await q.candidates(own, this.own, claimedAt, limit, skipTargets)) as ClaimRow[]
     if (candidates.length === 0) return []
-    const free = await this.keysFree(candidates, millis(claimedAt))
-    const taken = candidates.filter(r => r.orderingKey === null || r.orderingKey === undefined || free.has(r.ID))
+    const taken = await this.keysStillFree(candidates, claimedAt)
     const fresh = taken.filter(r => r.status === null || r.status === undefined)
     const expired = taken.filter(r => r.status !== null && r.status !== undefined)
     let claimed = fresh.length ? Number(await q.claimFresh(fresh.map(r => r.ID), owner, claimedAt, leaseUntil)) : 0
@@ -93,31 +96,41 @@ export class PortableStore implements QueueStore {
   }
 
   /**
-   * Which keyed candidates their ordering key lets run (the native claim's `keyIsFree`): the first row of the key (by
-   * timestamp, then ID) while no other row of the key runs under a live lease and no other transaction holds one of
-   * the key's first rows locked (a claim elsewhere deciding about the same key from another snapshot). The locks come
-   * first, then a fresh read, so a claim elsewhere is seen either as a lock or, once committed, as a running row.
+   * The candidates whose ordering key is still free once this claim holds it. Two claims that started from different
+   * snapshots may each see a different row of one key as its first (one committed late with an earlier timestamp):
+   * the one that decided first holds a lock on one of the key's first due rows as the later one sees them, so each
+   * keyed candidate's key has those rows locked here (skipping rows others hold) and read without a lock: a row that
+   * could not be locked is such a claim in progress, and the key waits. Then the keys are checked again in a new
+   * statement, which sees every claim that committed before it (the native store does the same with an advisory lock).
    */
-  private async keysFree(candidates: ClaimRow[], now: number): Promise<Set<string>> {
+  private async keysStillFree(candidates: ClaimRow[], claimedAt: string): Promise<ClaimRow[]> {
     const keyed = candidates.filter(r => r.orderingKey !== null && r.orderingKey !== undefined)
-    if (keyed.length === 0) return new Set()
-    const keys = [...new Set(keyed.map(r => r.orderingKey as string))]
-    type KeyRow = { ID: string; orderingKey: string; status: string | null; dueAt: string | null }
-    const before = groupBy((await q.rowsOfKeys(this.own, keys)) as KeyRow[], r => r.orderingKey)
-    const heads = keyed.filter(r => before.get(r.orderingKey as string)?.[0]?.ID === r.ID)
-    if (heads.length === 0) return new Set()
-    const window = heads.flatMap(r => (before.get(r.orderingKey as string) ?? []).slice(0, KEY_LOCK_WINDOW).map(e => e.ID))
-    const lockable = new Set(((await q.lockRows(window)) as { ID: string }[]).map(r => r.ID))
-    const after = groupBy((await q.rowsOfKeys(this.own, [...new Set(heads.map(r => r.orderingKey as string))])) as KeyRow[], r => r.orderingKey)
-    const free = new Set<string>()
-    for (const head of heads) {
-      const rows = after.get(head.orderingKey as string) ?? []
-      if (rows[0]?.ID !== head.ID) continue
-      const running = rows.some(e => e.ID !== head.ID && e.status === PROCESSING && millis(e.dueAt) > now)
-      const lockedElsewhere = rows.slice(0, KEY_LOCK_WINDOW).some(e => !lockable.has(e.ID))
-      if (!running && !lockedElsewhere) free.add(head.ID)
+    if (keyed.length === 0) return candidates
+    const busy = await this.keysLockedElsewhere([...new Set(keyed.map(r => r.orderingKey as string))], claimedAt)
+    const ask = keyed.filter(r => !busy.has(r.orderingKey as string)).map(r => r.ID)
+    const free = new Set(ask.length ? ((await q.stillFree(ask, this.own, claimedAt)) as { ID: string }[]).map(r => r.ID) : [])
+    return candidates.filter(r => r.orderingKey === null || r.orderingKey === undefined || free.has(r.ID))
+  }
+
+  /**
+   * The keys of `keys` one of whose due rows another transaction holds locked. Usually all due rows of the keys are
+   * few: they are read, then locked by ID in one statement each. Where a key has a long backlog, only each key's
+   * first rows (`KEY_LOCK_WINDOW`) are, two statements per key.
+   */
+  private async keysLockedElsewhere(keys: string[], claimedAt: string): Promise<Set<string>> {
+    const busy = new Set<string>()
+    const due = (await q.dueRowsOfKeys(this.own, keys, claimedAt, KEYED_ROWS_LOCKED + 1)) as { ID: string; orderingKey: string }[]
+    if (due.length <= KEYED_ROWS_LOCKED) {
+      const locked = new Set(((await q.lockUnclaimed(due.map(r => r.ID))) as { ID: string }[]).map(r => r.ID))
+      for (const row of due) if (!locked.has(row.ID)) busy.add(row.orderingKey)
+      return busy
     }
-    return free
+    for (const key of keys) {
+      const locked = new Set(((await q.firstRowsOfKey(this.own, key, claimedAt, KEY_LOCK_WINDOW, true)) as { ID: string }[]).map(r => r.ID))
+      const first = (await q.firstRowsOfKey(this.own, key, claimedAt, KEY_LOCK_WINDOW, false)) as { ID: string }[]
+      if (first.some(r => !locked.has(r.ID))) busy.add(key)
+    }
+    return busy
   }
 
   /** A claimed row for the runner; an old row without `appid` is for the service its target names (CAP 10's rule). */
@@ -193,7 +206,7 @@ export class PortableStore implements QueueStore {
   }
 
   async nextDue(after: number): Promise<number | undefined> {
-    const row = (await q.nextDue(this.own, after)) as { dueAt: unknown } | undefined
+    const [row] = (await q.nextDue(this.own, after)) as { dueAt: unknown }[]
     const next = millis(row?.dueAt)
     return Number.isNaN(next) ? undefined : next
   }
