@@ -25,13 +25,13 @@ export class Runner {
   /** Who claims: recorded in `claimedBy`, so an operator sees which process holds a message. */
   readonly owner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`
   readonly monitor = new Monitor()
-  readonly slots: Slots
+  slots: Slots
   readonly leases = new Set<Lease>()
   /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
   readonly reserved = new Set<string>()
   readonly abandoned = new Set<string>()
   readonly queues: QueueRegistry
-  private readonly loop: Loop
+  private loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
   private storeInstance: QueueStore | undefined
   private watchers: Watchers | undefined
@@ -59,9 +59,14 @@ export class Runner {
    */
   connected(db: cds.DatabaseService): void {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
-    if (db === cds.db || !cds.db) {
-      const portable = usesPortableStore(this.settings.runner.store, db)
-      LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
+    if (db !== cds.db && cds.db) return
+    const portable = usesPortableStore(this.settings.runner.store, db)
+    LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
+    // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
+    if (portable && !this.started && this.settings.runner.batchSize > 1) {
+      const runner = { ...this.settings.runner, batchSize: 1 }
+      this.slots = new Slots(runner.concurrency, 1)
+      this.loop = new Loop(this, runner)
     }
   }
 
