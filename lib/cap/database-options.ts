@@ -4,7 +4,7 @@ import type cds from '@sap/cds'
  * CAP internal: a database service keeps its configuration in `db.options` (`credentials` as `cds.requires.db` has
  * them, incl. the names service bindings use on BTP, and `client` for driver options). The notifier opens a
  * connection of its own outside the pool with the same server, user and TLS. Contract: test/cap-contract.test.js
- * "database options".
+ * "database options". The SQLite driver is read where @cap-js/sqlite's factory reads it (lib/store/choose.ts).
  */
 
 interface PostgresCredentials {

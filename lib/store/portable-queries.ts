@@ -38,7 +38,7 @@ interface Lockable {
 const skippingLocked = <T>(query: T): T => (query as unknown as Lockable).forUpdate({ ignoreLocked: true }) as unknown as T
 
 /** The columns a claim reads: everything a MessageRow needs, and what the claim decides by. */
-export const CLAIM_COLUMNS = ['ID', 'timestamp', 'target', 'msg', 'attempts', 'lastError', 'task', 'appid', 'claimedAt', 'claimedBy', 'status', 'orderingKey']
+export const CLAIM_COLUMNS = ['ID', 'timestamp', 'target', 'msg', 'attempts', 'lastError', 'task', 'appid', 'claimedAt', 'claimedBy', 'status', 'orderingKey', 'interrupted']
 
 /** A row as `candidates` and `claimedRows` read it. */
 export interface ClaimRow {
@@ -54,6 +54,7 @@ export interface ClaimRow {
   claimedBy: string | null
   status: string | null
   orderingKey: string | null
+  interrupted: number | null
 }
 
 const outer = (column: string) => ({ ref: ['r', column] })
@@ -118,13 +119,21 @@ export function claimFresh(IDs: string[], owner: string, claimedAt: string, leas
 }
 
 /**
- * Claims a row whose previous lease expired (`status` 'processing' under `previousOwner`): the lost attempt counts,
- * and `lastError` says whose it was. Only if it still is in that state.
+ * What claiming a row whose lease expired (`status` still 'processing') writes beyond the claim, as the native claim
+ * does: the interruption is counted, and from the second one on it counts as an attempt, with `lastError` saying whose
+ * it was (the first is free: a process holds more than it runs; the row then runs alone).
  */
+export function expiredClaim(row: ClaimRow): { attempts: number; lastError: string | null; interrupted: number } {
+  const interrupted = Number(row.interrupted ?? 0)
+  const attempts = Number(row.attempts ?? 0)
+  if (interrupted === 0) return { attempts, lastError: row.lastError, interrupted: 1 }
+  return { attempts: attempts + 1, lastError: `Lease expired: ${row.claimedBy ?? 'a process'} did not finish its attempt`, interrupted: interrupted + 1 }
+}
+
+/** Claims a row whose previous lease expired (see `expiredClaim`), only if it still is in the state read. */
 export function claimExpired(row: ClaimRow, owner: string, claimedAt: string, leaseUntil: number): Query {
-  const lastError = `Lease expired: ${row.claimedBy ?? 'a process'} did not finish its attempt`
   return UPDATE(ENTITY)
-    .set({ status: PROCESSING, claimedBy: owner, claimedAt, dueAt: iso(leaseUntil), lastAttemptTimestamp: claimedAt, attempts: Number(row.attempts ?? 0) + 1, lastError })
+    .set({ status: PROCESSING, claimedBy: owner, claimedAt, dueAt: iso(leaseUntil), lastAttemptTimestamp: claimedAt, ...expiredClaim(row) })
     .where(all(compare('ID', '=', row.ID), compare('status', '=', PROCESSING), compare('claimedBy', '=', row.claimedBy), compare('dueAt', '<=', claimedAt)))
 }
 
@@ -156,6 +165,11 @@ function whileHeld(set: Record<string, unknown>, claims: Claim[]): Query {
   return UPDATE(ENTITY).set(set).where(heldByCqn(claims))
 }
 
+/** Counts an interruption of `claims` now, for the one their takeover will find (see `expiredClaim`). */
+export function interrupt(claims: Claim[]): Query {
+  return whileHeld({ interrupted: { xpr: [ref('interrupted'), '+', val(1)] } }, claims)
+}
+
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
 export function release(claims: Claim[], dueAt: Date): Query {
   return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt) }, claims)
@@ -173,7 +187,8 @@ export function recur(claim: Claim, timestamp: string, dueAt: Date): Query {
 export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Query {
   const coalesce = (column: string, value: string | undefined) => ({ func: 'coalesce', args: [ref(column), val(value ?? null)] })
   const set: Record<string, unknown> = {
-    ...UNCLAIMED.cqn, attempts, lastError, lastAttemptTimestamp: iso(now), dueAt: dueAt && iso(dueAt),
+    // a failure the handler reported: the message ran to an end, so it runs in batches again
+    ...UNCLAIMED.cqn, attempts, lastError, lastAttemptTimestamp: iso(now), dueAt: dueAt && iso(dueAt), interrupted: 0,
     service: coalesce('service', described.service), event: coalesce('event', described.event)
   }
   if (leaveKey) set.orderingKey = null
@@ -206,7 +221,9 @@ export function claimsOf(owners: string[]): Query {
 
 /**
  * Reconciliation (see `Store.reconcile`): each step selects its rows as the claim does (rows another runner holds
- * locked are skipped, not waited for), then updates them by ID under the same condition, a chunk at a time.
+ * locked are skipped, not waited for), then updates them by ID under the same condition, a chunk of IDs at a time.
+ * The SELECT has no LIMIT: with one, PostgreSQL walks the due-time index through every dead letter instead of using
+ * the reconciliation's own indexes (lib/store/indexes.ts), and usually there is nothing to find.
  */
 export const RECONCILE_CHUNK = 500
 
@@ -218,7 +235,7 @@ export const releasedByOthers = (own: Cqn): Cqn => all(isNull('status'), notNull
 export const foreignClaims = (own: Cqn): Cqn => all(notNull('status'), isNull('claimedBy'), own)
 
 export function lockedIDs(where: Cqn): Query {
-  return skippingLocked(SELECT.from(ENTITY).columns('ID', 'lastAttemptTimestamp').where(where).limit(RECONCILE_CHUNK))
+  return skippingLocked(SELECT.from(ENTITY).columns('ID', 'lastAttemptTimestamp').where(where))
 }
 
 export function updateRows(IDs: string[], where: Cqn, set: Record<string, unknown>): Query {

@@ -136,7 +136,7 @@ export class PortableStore implements QueueStore {
   /** A claimed row for the runner; an old row without `appid` is for the service its target names (CAP 10's rule). */
   private messageRow(raw: ClaimRow): MessageRow {
     const { status: _s, claimedBy: _c, ...rest } = raw
-    const row = messageRow({ ...rest, attempts: Number(raw.attempts ?? 0) })
+    const row = messageRow({ ...rest, attempts: Number(raw.attempts ?? 0), interrupted: Number(raw.interrupted ?? 0) })
     return this.appid && row.appid === null ? { ...row, serviceOfOldRow: serviceOfOldRow(row.target, this.appid) } : row
   }
 
@@ -170,6 +170,18 @@ export class PortableStore implements QueueStore {
     return released
   }
 
+  async interrupt(claims: Claim[]): Promise<void> {
+    if (claims.length) await q.interrupt(claims)
+  }
+
+  async held(claims: Claim[]): Promise<Set<string>> {
+    const held = new Set<string>()
+    for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
+      for (const { ID } of (await q.held(group)) as { ID: string }[]) held.add(ID)
+    }
+    return held
+  }
+
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
     const renewed = Number(await q.renew(claims, until, Date.now()))
     // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
@@ -188,16 +200,17 @@ export class PortableStore implements QueueStore {
     return changed
   }
 
-  /** Updates the rows `where` selects, chunk by chunk, each with what `set` gives it (rows alike are updated together). */
+  /** Updates the rows `where` selects, each with what `set` gives it (rows alike together, a chunk of IDs at a time). */
   private async reconciling(where: Cqn, set: (row: { lastAttemptTimestamp: unknown }) => Record<string, unknown>): Promise<number> {
     let changed = 0
-    for (;;) {
-      const rows = (await q.lockedIDs(where)) as { ID: string; lastAttemptTimestamp: unknown }[]
-      for (const [json, group] of groupBy(rows, r => JSON.stringify(set(r)))) {
-        changed += Number(await q.updateRows(group.map(r => r.ID), where, JSON.parse(json) as Record<string, unknown>))
+    const rows = (await q.lockedIDs(where)) as { ID: string; lastAttemptTimestamp: unknown }[]
+    for (const [json, group] of groupBy(rows, r => JSON.stringify(set(r)))) {
+      for (let i = 0; i < group.length; i += q.RECONCILE_CHUNK) {
+        const IDs = group.slice(i, i + q.RECONCILE_CHUNK).map(r => r.ID)
+        changed += Number(await q.updateRows(IDs, where, JSON.parse(json) as Record<string, unknown>))
       }
-      if (rows.length < q.RECONCILE_CHUNK) return changed
     }
+    return changed
   }
 
   async claimsOf(owners: string[]): Promise<Claim[]> {
@@ -229,8 +242,7 @@ export class PortableStore implements QueueStore {
 /** A candidate row as the claim wrote it. */
 function asClaimed(row: ClaimRow, owner: string, claimedAt: string): ClaimRow {
   if (row.status === null || row.status === undefined) return { ...row, status: PROCESSING, claimedBy: owner, claimedAt }
-  const lastError = `Lease expired: ${row.claimedBy ?? 'a process'} did not finish its attempt`
-  return { ...row, status: PROCESSING, claimedBy: owner, claimedAt, attempts: Number(row.attempts ?? 0) + 1, lastError }
+  return { ...row, status: PROCESSING, claimedBy: owner, claimedAt, ...q.expiredClaim(row) }
 }
 
 /**

@@ -35,6 +35,10 @@ export interface QueueStore {
   fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean>
   /** Hands claimed rows back unprocessed, due at `dueAt` (default: their claim time); the number handed back. */
   release(claims: Claim[], dueAt?: Date): Promise<number>
+  /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
+  interrupt(claims: Claim[]): Promise<void>
+  /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
+  held(claims: Claim[]): Promise<Set<string>>
   /** Moves the leases of `claims` (of one claim) to `until`; the IDs of those still held. */
   renewAll(claims: Claim[], until: number): Promise<Set<string>>
   /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
