@@ -21,10 +21,15 @@ function run(db, queue = {}) {
   })
 }
 
+/** Whether @cap-js/sqlite could load the driver here: node:sqlite needs Node 22; better-sqlite3 a build for this Node. */
 const available = name => {
   try {
-    require.resolve(name, { paths: [require.resolve('@cap-js/sqlite')] })
-    require(require.resolve(name, { paths: [require.resolve('@cap-js/sqlite')] }))
+    if (name === 'node:sqlite') {
+      require('node:sqlite')
+      return true
+    }
+    const Database = require(require.resolve(name, { paths: [require.resolve('@cap-js/sqlite')] }))
+    new Database(':memory:').close()
     return true
   } catch {
     return false
