@@ -1,12 +1,12 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
-import { beforeDisconnect } from './lib/cap/lifecycle'
+import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
+import { mountOpsPage } from './lib/ops/page'
 import { activate } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
-
-const LOG = cds.log('queue')
+import { LOG } from './lib/log'
 
 // Wiring only: what the plugin does lives in lib/.
 
@@ -22,7 +22,10 @@ else {
   const plugin = activate(cds.env)
   installApi(plugin)
 
-  cds.on('served', () => {
+  // The ops page comes with the operator service and is restricted like it.
+  if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
+  // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
+  onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
   })
   cds.on('shutdown', () => plugin.runner.stop())

@@ -61,6 +61,13 @@ export interface QueueOptions {
    * message, or a batch of a backlog one after another. Default 10.
    */
   concurrency?: number
+  /**
+   * Header names (case-insensitive, `*` for any characters) never stored, beyond those named like a credential
+   * (`…-key` of an API, `…token`, `…secret`, `…session`, …) and those whose value is one. Default none.
+   */
+  secretHeaders?: string[]
+  /** Header names the credential rule would drop that are safe to store (not `authorization`, cookies, CSRF). */
+  keepHeaders?: string[]
 }
 
 /** What a queued handler finds in `req.queue`. */

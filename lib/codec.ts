@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
-import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
+import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
 
 /**
  * The message codec: a request or event ⇄ the JSON in `cds.outbox.Messages.msg`, in the shape CAP's built-in
@@ -11,10 +11,17 @@ import type { NewMessage, QueueInfo, StoredContext, StoredMessage } from './inte
 const INTERNAL_USER = 'cds.internal.user'
 const COPIED = ['inbound', 'event', 'data', 'headers', 'queue', 'results', 'method', 'path', 'params', 'entity'] as const
 
-/** Headers that carry credentials: never persisted, whoever put them on the request. */
-const SECRET_HEADERS = new Set([
-  'authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-approuter-authorization', 'x-csrf-token'
-])
+/**
+ * `task` and `orderingKey` are String(255) columns. PostgreSQL counts their length in characters (code points) and
+ * cannot store NUL; SQLite checks neither. Values are checked against this at the call, so every database accepts
+ * and refuses the same ones, with the same error.
+ */
+export const NAME_RULE = 'at most 255 characters without NUL characters'
+
+/** Whether `value` fits a String(255) name column on every database (see `NAME_RULE`). */
+export function fitsNameColumn(value: string): boolean {
+  return !value.includes('\u0000') && [...value].length <= 255
+}
 
 /** What a queued call looks like to the codec: a `cds.Event` or `cds.Request`. */
 export interface Dispatchable {
@@ -46,26 +53,41 @@ function storedContext(context: ContextLike): StoredContext {
   return stored
 }
 
-function withoutSecrets(headers: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+/** Headers that carry credentials are never persisted, whoever put them on the request (the queue's rule, secrets.ts). */
+function withoutSecrets(headers: Record<string, unknown> | undefined, secret: HeaderRule): Record<string, unknown> | undefined {
   if (!headers || typeof headers !== 'object') return headers
-  const kept = Object.entries(headers).filter(([name]) => !SECRET_HEADERS.has(name.toLowerCase()))
-  return Object.fromEntries(kept)
+  return Object.fromEntries(Object.entries(headers).filter(([name, value]) => !secret(name, value)))
 }
 
-/** JSON.stringify that refuses what it would silently drop or mangle, naming where it found it. */
+/**
+ * What JSON.stringify would silently drop or mangle, described; undefined for what it keeps. `raw` is the value as
+ * the payload holds it (a Buffer's `toJSON` hands the replacer `{ type, data }` instead).
+ */
+function mangled(raw: unknown): string | undefined {
+  if (typeof raw === 'function' || typeof raw === 'symbol' || typeof raw === 'bigint') return `a ${typeof raw}`
+  if (typeof raw === 'number' && !Number.isFinite(raw)) return String(raw)
+  if (raw instanceof Map || raw instanceof Set || raw instanceof WeakMap || raw instanceof WeakSet) return `a ${raw.constructor.name}`
+  if (Buffer.isBuffer(raw)) return 'a Buffer'
+  if (ArrayBuffer.isView(raw) || raw instanceof ArrayBuffer) return `a ${raw.constructor.name}`
+  return undefined
+}
+
+/**
+ * JSON.stringify that refuses what it would silently drop or mangle (functions, BigInt, Map and Set become `{}`,
+ * NaN and Infinity `null`, a Buffer `{ type, data }`), naming where it found it.
+ */
 function strictJSON(value: unknown, event: string | undefined): string {
   try {
-    return JSON.stringify(value, function (key, v: unknown) {
-      if (typeof v === 'function' || typeof v === 'symbol' || typeof v === 'bigint') {
-        throw new TypeError(`'${key}' is a ${typeof v}`)
-      }
+    return JSON.stringify(value, function (this: Record<string, unknown>, key, v: unknown) {
+      const what = mangled(this[key])
+      if (what) throw new TypeError(`'${key}' is ${what}`)
       return v
     })
   } catch (e) {
     const reason = e instanceof Error ? e.message : String(e)
     throw new QueueError(
       `Cannot queue event ${JSON.stringify(event)}: its payload is not serialisable as JSON (${reason}). ` +
-        'Queued data and headers must be plain JSON values.',
+        'Queued data and headers must be plain JSON values: convert Maps and Sets to objects or arrays, binary data to base64 strings.',
       'UNSERIALISABLE_MESSAGE'
     )
   }
@@ -85,11 +107,11 @@ function eventOf(req: Dispatchable): string | undefined {
   return event?.slice(0, 255)
 }
 
-export function encode(req: Dispatchable, context: ContextLike, serviceName: string): Encoded {
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule): Encoded {
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
-  if (msg.headers) msg.headers = withoutSecrets(msg.headers)
+  if (msg.headers) msg.headers = withoutSecrets(msg.headers, secretHeader)
   if (req.query) {
     msg.query = storableQuery(req.query)
     delete msg.data // for queries, req.data is derived from req.query

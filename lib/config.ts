@@ -1,8 +1,9 @@
-import cds from '@sap/cds'
 import { invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
-import type { BackoffSettings, DeadLetterOrdering, OrderingKeySource, QueueSettings, RunnerSettings, StoreChoice } from './interfaces'
+import { NEVER_STORED_HEADERS, secretHeaderRule } from './secrets'
+import type { BackoffSettings, DeadLetterOrdering, HeaderRule, OrderingKeySource, QueueSettings, RunnerSettings, StoreChoice } from './interfaces'
+import { LOG } from './log'
 
 /**
  * Queue and runner options, from their raw configuration values to validated settings. Every value is checked here,
@@ -68,6 +69,24 @@ function orderingKey(raw: Raw, where: string): OrderingKeySource | undefined {
   throw invalid(`${where}.orderingKey`, value, "a path into the event's data like 'ID' or 'order.ID', or a function req => key")
 }
 
+/** A header name (RFC 9110 token characters); `*` is one of them, and a wildcard in `secretHeaders`. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+/** The header names of option `key`: a list (one name is a list of one), each allowed by `isAllowed`. */
+function headerNames(raw: Raw, key: string, where: string, allowed: string, isAllowed: (name: string) => boolean): string[] {
+  const value = raw[key] ?? []
+  const list = typeof value === 'string' ? [value] : value
+  if (Array.isArray(list) && list.every(h => typeof h === 'string' && HEADER_NAME.test(h) && isAllowed(h))) return list as string[]
+  throw invalid(`${where}.${key}`, value, allowed)
+}
+
+/** Headers never stored beyond the built-in rule (`secretHeaders`), and headers it would drop that are safe (`keepHeaders`). */
+function secretHeader(raw: Raw, where: string): HeaderRule {
+  const secret = headerNames(raw, 'secretHeaders', where, "a list of header names, '*' matching any characters, e.g. ['x-acme-token', 'x-acme-*']", () => true)
+  const keep = headerNames(raw, 'keepHeaders', where, `a list of header names, other than ${NEVER_STORED_HEADERS.join(', ')}, which are never stored`, h => !NEVER_STORED_HEADERS.includes(h.toLowerCase()))
+  return secretHeaderRule(secret, keep)
+}
+
 const DEAD_LETTER_ORDERING: DeadLetterOrdering[] = ['continue', 'block']
 
 function orderingOnDeadLetter(raw: Raw, where: string): DeadLetterOrdering {
@@ -98,7 +117,7 @@ function backoff(raw: Raw, where: string): BackoffSettings {
 /** Options of a queue, wherever they are set. */
 const QUEUE_KEYS = [
   'maxAttempts', 'timeout', 'handlerTimeout', 'maxMessageSize', 'backoff', 'storeLastError', 'maxErrorLength',
-  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency'
+  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
 const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'store']
@@ -109,7 +128,6 @@ const BACKOFF_KEYS = ['base', 'factor', 'max', 'jitter']
 /** Where options are set, and so which keys they may have. */
 export type OptionsScope = 'runner' | 'queue' | 'service'
 
-const LOG = cds.log('queue')
 const warned = new Set<string>()
 
 function warnOnce(message: string): void {
@@ -188,7 +206,8 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
     orderingKey: orderingKey(raw, where),
     orderingOnDeadLetter: orderingOnDeadLetter(raw, where),
     // The default queue's options come from cds.requires.queue, where `concurrency` is the runner-wide limit too.
-    concurrency: integer(raw, 'concurrency', where, 10, 1, 1000)
+    concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
+    secretHeader: secretHeader(raw, where)
   }
 }
 

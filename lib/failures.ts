@@ -1,11 +1,5 @@
 import { inspect } from 'util'
-
-/**
- * Credentials that error messages sometimes carry (HTTP clients echo their request): a scheme and its token, a
- * credential-named key and its value (the value may itself start with a scheme), and bare JWTs.
- */
-const CREDENTIALS =
-  /\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+|("?(?:authorization|cookie|password|client_?secret|(?:access_|refresh_|id_)?token|api_?key)"?\s*[:=]\s*)("[^"]*"|'[^']*'|(?:(?:Bearer|Basic)\s+)?[^\s,}]+)|\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*/gi
+import { maskedErrorData, maskSecrets } from './secrets'
 
 /** Stack frames kept in `lastError`: where it failed, not the whole way there. */
 const STACK_FRAMES = 10
@@ -40,21 +34,17 @@ export function storedError(error: unknown, maxLength: number, root = process.cw
     const frames = error.stack.split('\n').filter(line => /^\s+at /.test(line)).slice(0, STACK_FRAMES)
     if (frames.length) text += '\n' + frames.map(f => withoutServerPaths(f, root)).join('\n')
   }
-  const masked = text.replace(CREDENTIALS, (_m, scheme: string | undefined, key: string | undefined) =>
-    scheme ? `${scheme} ***` : key ? `${key}***` : '***'
-  )
+  const masked = maskSecrets(text)
   return masked.length > maxLength ? masked.slice(0, maxLength - 1) + '…' : masked
 }
 
-/** The error as `#failed` handlers receive it: name, message, code and its own plain properties. */
+/**
+ * The error as `#failed` handlers receive it: name, message, code and its own plain properties, credentials masked
+ * (it is stored in the callback's row, which operators read).
+ */
 export function errorData(error: unknown): Record<string, unknown> {
-  if (!(error instanceof Error)) return { message: typeof error === 'string' ? error : inspect(error) }
-  const own: Record<string, unknown> = {}
-  for (const [key, value] of Object.entries(error)) {
-    if (value === null || ['string', 'number', 'boolean'].includes(typeof value)) own[key] = value
-  }
-  const e = error as Error & { code?: unknown }
-  return { ...own, name: e.name, message: e.message, code: e.code }
+  if (!(error instanceof Error)) return { message: maskSecrets(typeof error === 'string' ? error : inspect(error)) }
+  return maskedErrorData(error)
 }
 
 const PROGRAMMING_ERRORS = new Set(['TypeError', 'ReferenceError', 'SyntaxError', 'RangeError', 'URIError', 'EvalError'])

@@ -40,7 +40,12 @@ export interface QueueSettings {
   orderingOnDeadLetter: DeadLetterOrdering
   /** Handler slots of this queue in one process (never more than the runner's `concurrency`). */
   concurrency: number
+  /** Which headers of this queue's calls are never stored (from `secretHeaders` and `keepHeaders`, see secrets.ts). */
+  secretHeader: HeaderRule
 }
+
+/** Whether a header of a queued call carries a credential, so that it is not stored. */
+export type HeaderRule = (name: string, value: unknown) => boolean
 
 /** Derives an ordering key from a request about to be queued; `undefined` or `null` = unordered. */
 export type OrderingKeySource = (req: { event?: string; data?: unknown; headers?: Record<string, unknown> }) => unknown
@@ -158,5 +163,6 @@ export type Outcome =
   | { kind: 'retry'; error: unknown; attempts: number; delay: number }
   /** `silent`: it was a dead letter before this attempt (someone else set its attempts): no `#failed` callback. */
   | { kind: 'dead'; error: unknown; attempts: number; silent?: boolean }
-  | { kind: 'deferred'; dueAt: Date }
+  /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */
+  | { kind: 'deferred'; dueAt: Date; alone?: boolean }
   | { kind: 'lost' }

@@ -1,3 +1,4 @@
+import { fitsNameColumn, NAME_RULE } from './codec'
 import { invalid } from './errors'
 import type { OrderingKeySource } from './interfaces'
 
@@ -9,9 +10,6 @@ import type { OrderingKeySource } from './interfaces'
 
 /** The header that sets a message's ordering key per call; it wins over the queue's `orderingKey` option. */
 const ORDERING_HEADER = 'x-ordering-key'
-
-/** `orderingKey` is a String(255) column. */
-const MAX_KEY_LENGTH = 255
 
 const PATH = /^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$/
 
@@ -45,7 +43,7 @@ export function orderingKeyOf(
   const value = fromHeader ?? source?.(req)
   if (value === undefined || value === null) return undefined
   const key = typeof value === 'number' && Number.isFinite(value) ? String(value) : value
-  if (typeof key === 'string' && key.length > 0 && key.length <= MAX_KEY_LENGTH) return key
+  if (typeof key === 'string' && key.length > 0 && fitsNameColumn(key)) return key
   const what = fromHeader !== undefined ? `header ${ORDERING_HEADER}` : 'ordering key (option orderingKey)'
-  throw invalid(`${what} of event ${JSON.stringify(req.event)}`, value, `a non-empty string of at most ${MAX_KEY_LENGTH} characters, or a number`)
+  throw invalid(`${what} of event ${JSON.stringify(req.event)}`, value, `a non-empty string of ${NAME_RULE}, or a number`)
 }

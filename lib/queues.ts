@@ -1,10 +1,8 @@
-import cds from '@sap/cds'
 import { canonical, compileQueue, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
 import { invalid } from './errors'
 import type { QueueSettings } from './interfaces'
 import { serviceOfOldRow, type AttemptLimits } from './store/rules'
-
-const LOG = cds.log('queue')
+import { LOG } from './log'
 
 /**
  * The settings of every queue this process knows, by name (the `target` of their rows), and which queue each

@@ -1,5 +1,6 @@
 import { canonical, compileQueue, compileRunner, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
 import { invalid } from './errors'
+import { parseDuration } from './time/durations'
 import { QueueRegistry } from './queues'
 import type { RunnerSettings } from './interfaces'
 
@@ -11,6 +12,9 @@ import type { RunnerSettings } from './interfaces'
 /** The `cds.requires` entry that serves the operator service; `false` switches it off. */
 export const OPERATOR_ENTRY = 'dead-letter-queue'
 const DEFAULT_OPERATOR_ROLES = ['internal-user']
+/** How often the ops page's backend samples the relay lag: 120 points for the hour its chart shows. */
+const DEFAULT_LAG_SAMPLE_INTERVAL = '30s'
+const MIN_LAG_SAMPLE_INTERVAL = 100
 
 /** Everything the runtime needs from `cds.env`, compiled once. */
 export interface Settings {
@@ -22,6 +26,8 @@ export interface Settings {
   persistent: boolean
   /** Roles the operator service requires (`cds.requires.dead-letter-queue.roles`). */
   operatorRoles: string[]
+  /** How often the ops page's lag history is sampled, in ms (`cds.requires.dead-letter-queue.lagSampleInterval`). */
+  lagSampleInterval: number
 }
 
 /** The parts of `cds.env` the settings are compiled from. */
@@ -37,6 +43,14 @@ function operatorRoles(requires: Raw): string[] {
   const list = typeof roles === 'string' ? [roles] : roles
   if (Array.isArray(list) && list.length > 0 && list.every(r => typeof r === 'string' && r.length > 0)) return list
   throw invalid(`cds.requires.${OPERATOR_ENTRY}.roles`, roles, "a role name or a non-empty list of role names, e.g. 'internal-user'")
+}
+function lagSampleInterval(requires: Raw): number {
+  const conf = requires[OPERATOR_ENTRY]
+  const value = conf && typeof conf === 'object' ? (conf as Raw).lagSampleInterval : undefined
+  const where = `cds.requires.${OPERATOR_ENTRY}.lagSampleInterval`
+  const ms = parseDuration(value ?? DEFAULT_LAG_SAMPLE_INTERVAL, where)
+  if (ms < MIN_LAG_SAMPLE_INTERVAL) throw invalid(where, value, `a duration of at least ${MIN_LAG_SAMPLE_INTERVAL} ms, e.g. '30s'`)
+  return ms
 }
 
 /** Whether queued messages are stored at all (`cds.requires.queue` is not `false`, nor an in-memory kind); never throws. */
@@ -74,6 +88,7 @@ export function compileSettings(env: Environment): Settings {
     queues,
     appid,
     persistent: defaultQueue.persistent,
-    operatorRoles: operatorRoles(requires)
+    operatorRoles: operatorRoles(requires),
+    lagSampleInterval: lagSampleInterval(requires)
   }
 }

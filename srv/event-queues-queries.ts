@@ -9,7 +9,7 @@ import { deadLettersCqn, ENTITY, isDeadLetter, ownRowsCqn, PROCESSING, UNCLAIMED
 
 const MESSAGES = ENTITY
 /** Bulk statements name their rows by ID; chunks keep the statements below the databases' parameter limits. */
-const CHUNK = 500
+export const CHUNK = 500
 
 type Condition = { xpr: unknown[] }
 
@@ -28,6 +28,36 @@ export interface MessageState {
   target: string
   attempts: number
   dead: boolean
+}
+
+/** A dead letter as an operator lists it: what failed, where, and why. */
+export interface DeadLetterSummary {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
+  task: string | null
+  attempts: number
+  timestamp: string
+  lastAttemptTimestamp: string | null
+  lastError: string | null
+  /** The stored message (CAP's JSON: event, data, headers), as the operator service shows it: what a replay sends. */
+  msg: string | null
+}
+
+/** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
+export interface PendingSummary {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
+  task: string | null
+  attempts: number
+  /** Enqueued (or first due, for a delayed message): what the relay lag is measured from. */
+  timestamp: string
+  status: string | null
+  claimedBy: string | null
+  lastError: string | null
 }
 
 export interface QueueStatistics {
@@ -79,12 +109,63 @@ export class OperatorQueries {
 
   /** IDs of the dead letters matching `filter`; rows written by others keep service and event only inside `msg`. */
   async deadLetterIDs(filter: DeadLetterFilter): Promise<string[]> {
-    const query = SELECT.from(MESSAGES).columns('ID', 'target', 'service', 'event', 'msg').where(this.own).and(this.deadLetters())
+    return (await this.matching(filter, [])).map(row => row.ID)
+  }
+
+  /** The dead letters matching `filter`, oldest first, at most `limit` of them (all without one). */
+  async listDeadLetters(filter: DeadLetterFilter, limit?: number): Promise<DeadLetterSummary[]> {
+    const columns = ['task', 'attempts', 'timestamp', 'lastAttemptTimestamp', 'lastError']
+    const rows = (await this.matching(filter, columns)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event' | 'msg'>)[]
+    return rows.slice(0, limit).map(row => {
+      const { service, event } = described(row)
+      return {
+        ID: row.ID,
+        target: row.target,
+        service: service ?? null,
+        event: event ?? null,
+        task: row.task ?? null,
+        attempts: Number(row.attempts),
+        timestamp: row.timestamp,
+        lastAttemptTimestamp: row.lastAttemptTimestamp ?? null,
+        lastError: row.lastError ?? null,
+        msg: row.msg ?? null
+      }
+    })
+  }
+
+  /** The messages that are not dead letters and match `filter`, longest waiting first, at most `limit` of them. */
+  async listPending(filter: DeadLetterFilter, limit?: number): Promise<PendingSummary[]> {
+    const columns = ['task', 'attempts', 'timestamp', 'status', 'claimedBy', 'lastError']
+    const rows = (await this.matching(filter, columns, false)) as (DescribedRow & Omit<PendingSummary, 'service' | 'event'>)[]
+    return rows.slice(0, limit).map(row => {
+      const { service, event } = described(row)
+      return {
+        ID: row.ID,
+        target: row.target,
+        service: service ?? null,
+        event: event ?? null,
+        task: row.task ?? null,
+        attempts: Number(row.attempts ?? 0),
+        timestamp: row.timestamp,
+        status: row.status ?? null,
+        claimedBy: row.claimedBy ?? null,
+        lastError: row.lastError ?? null
+      }
+    })
+  }
+
+  /** Dead letters (or with `dead: false` the other messages) of this app matching `filter`, oldest first. */
+  private async matching(filter: DeadLetterFilter, columns: string[], dead = true): Promise<DescribedRow[]> {
+    const query = SELECT.from(MESSAGES)
+      .columns('ID', 'target', 'service', 'event', 'msg', ...columns)
+      .where(this.own)
+      .and(this.deadLetters(dead))
+      .orderBy('timestamp', 'ID')
     if (filter.queue) query.and({ target: filter.queue })
     if (filter.enqueuedBefore !== undefined) query.and({ timestamp: { '<': new Date(filter.enqueuedBefore).toISOString() } })
     const rows = (await query) as DescribedRow[]
     const wanted = filter.service !== undefined || filter.event !== undefined
-    return rows.filter(row => !wanted || matchesMessage(described(row), filter)).map(row => row.ID)
+    return rows.filter(row => !wanted || matchesMessage(described(row), filter))
   }
 
   /**

@@ -63,7 +63,19 @@ service EventQueuesService {
     relayLag            : Integer;
   }
 
+  /** One queue at one moment of the last hour, sampled by the serving process (the ops page's lag chart). */
+  type LagSample {
+    at         : Timestamp;
+    queue      : String;
+    pending    : Integer;
+    processing : Integer;
+    dead       : Integer;
+    relayLag   : Integer;
+  }
+
   function statistics()                                                                       returns many QueueStatistics;
+  /** The last hour of `statistics()` per queue, oldest first, ending with a sample taken now. */
+  function lagHistory()                                                                       returns many LagSample;
   /** Revives every dead letter matching all given filters; `olderThan` is a duration such as '1h' or '2d'. */
   action   reviveAll(queue : String, service : String, event : String, olderThan : String) returns Integer;
   action   deleteAll(queue : String, service : String, event : String, olderThan : String) returns Integer;

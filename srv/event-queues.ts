@@ -1,8 +1,10 @@
 import cds from '@sap/cds'
+import { beforeDisconnect } from '../lib/cap/lifecycle'
 import { keepMethodBeside, requireRoles } from '../lib/cap/services'
+import { LagHistory } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { describeRows, OperatorQueries, type DeadLetterFilter } from './event-queues-queries'
+import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
 
 type Request = cds.Request & { params: unknown[] }
 
@@ -35,6 +37,11 @@ export default class EventQueuesService extends cds.ApplicationService {
     const { settings, runner } = eventQueues()
     const queries = new OperatorQueries(settings.queues, settings.appid)
     requireRoles(this, settings.operatorRoles)
+    // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
+    const sample = () => cds.tx(() => queries.statistics()) as unknown as Promise<QueueStatistics[]>
+    const history = new LagHistory(sample, settings.lagSampleInterval)
+    cds.once('served', () => history.start())
+    if (cds.db) beforeDisconnect(cds.db, () => history.stop())
 
     /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
     const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake())
@@ -87,6 +94,7 @@ export default class EventQueuesService extends cds.ApplicationService {
     })
 
     this.on('statistics', () => queries.statistics())
+    this.on('lagHistory', () => history.history())
 
     await super.init()
   }

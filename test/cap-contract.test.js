@@ -10,6 +10,17 @@ const cds = require('@sap/cds')
  */
 const app = startApp({ requires: { queue: { pollInterval: '1h' } } })
 
+// A custom route between CAP's middlewares, as the ops page is mounted (lib/cap/middlewares.ts).
+cds.on('bootstrap', express => {
+  const { before, after } = require('../lib/cap/middlewares').routeMiddlewares()
+  express.use('/contract-route', ...before, (req, res, next) => {
+    if (req.query.fail === '401') return next(401)
+    if (req.query.fail === '403') return next(Object.assign(new Error('not for you'), { status: 403 }))
+    const { user } = cds.context
+    res.json({ id: user.id, authenticated: user.is('authenticated-user') })
+  }, ...after)
+})
+
 const transactions = () => require('../lib/cap/transactions')
 
 describe('CAP contracts', () => {
@@ -147,6 +158,17 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('lifecycle (lib/cap/lifecycle.ts)', () => {
+    test("`cds serve` runs as cds.cli.command 'serve' and emits 'listening' only after every 'served' handler completed", async () => {
+      const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'contract-child.js')], {
+        cwd: APP,
+        env: { ...process.env, CHECK: 'listening-after-served', TEST_APP_DEPLOY: 'no', CDS_CONFIG: JSON.stringify({ requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } } } }) },
+        timeout: 30000
+      })
+      expect(JSON.parse(stdout.trim().split('\n').pop())).toEqual({ events: ['served: serve', 'served handler done', 'listening'] })
+    })
+  })
+
   describe('requests (lib/cap/requests.ts)', () => {
     test('cds.Service.prototype.send builds its request from each argument form and hands it to this.dispatch', () => {
       const { requestFromSendArgs } = require('../lib/cap/requests')
@@ -179,6 +201,22 @@ describe('CAP contracts', () => {
       expect(srv.definition['@requires']).toEqual(['internal-user'])
       const res = await app.axios.get('/odata/v4/event-queues/DeadOutboxMessages', { validateStatus: () => true })
       expect(res.status).toBe(401)
+    })
+  })
+
+  describe('middlewares (lib/cap/middlewares.ts)', () => {
+    const call = (query, auth) => app.axios.get(`/contract-route${query}`, { auth, validateStatus: () => true })
+
+    test('cds.middlewares.before authenticates a custom route with the configured strategy and sets cds.context.user', async () => {
+      expect((await call('', { username: 'alice', password: '' })).data).toEqual({ id: 'alice', authenticated: true })
+      expect((await call('')).data).toEqual({ id: 'anonymous', authenticated: false })
+    })
+
+    test("cds.middlewares.after answers next(401) with the strategy's login challenge and other errors with their status", async () => {
+      const login = await call('?fail=401')
+      expect([login.status, login.headers['www-authenticate']]).toEqual([401, 'Basic realm="Users"'])
+      const refused = await call('?fail=403', { username: 'alice', password: '' })
+      expect([refused.status, refused.data]).toEqual([403, { error: { message: 'not for you' } }])
     })
   })
 

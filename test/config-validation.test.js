@@ -27,7 +27,9 @@ describe('configuration validation', () => {
     [{ queue: { concurrency: 0 } }, 'Invalid cds.requires.queue.concurrency: 0. Expected an integer from 1 to 1000.'],
     [{ queue: { store: 'fast' } }, "Invalid cds.requires.queue.store: \"fast\". Expected 'auto', 'native' or 'portable'."],
     [{ Outboxed: { impl: 'srv/plain-service.js', outboxed: 42 } }, 'Invalid cds.requires.Outboxed.outboxed: 42. Expected true, false, a queue name, or an object of queue options.'],
-    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1']
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1'],
+    [{ queue: { secretHeaders: ['x-acme token'] } }, `Invalid cds.requires.queue.secretHeaders: ["x-acme token"]. Expected a list of header names, '*' matching any characters`],
+    [{ slowQueue: { keepHeaders: ['Authorization'] } }, 'Invalid cds.requires.slowQueue.keepHeaders: ["Authorization"]. Expected a list of header names, other than authorization, proxy-authorization, cookie']
   ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)

@@ -1,64 +1,13 @@
-const { spawn } = require('child_process')
-const fs = require('fs')
-const net = require('net')
-const os = require('os')
-const path = require('path')
-const axios = require('axios')
 const { waitFor } = require('./support/wait')
+const { startExample } = require('./support/example')
 
 /**
  * The README's "Example app walkthrough", step by step, against the example app started as its own process,
  * the way `npm start` starts it (cds-serve in examples/travel), on a free port and a fresh SQLite file.
  */
 
-const EXAMPLE = path.join(__dirname, '..', 'examples', 'travel')
-const CDS_SERVE = require.resolve('@sap/cds/bin/serve.js', { paths: [EXAMPLE] })
 const OPS = { username: 'ops', password: 'ops' }
 const DLQ = '/odata/v4/event-queues'
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address()
-      server.close(() => resolve(port))
-    })
-    server.on('error', reject)
-  })
-}
-
-/** Starts the example with `config` over its package.json; resolves once it answers HTTP. */
-async function startExample(config = {}) {
-  const port = await freePort()
-  const dbFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'travel-')), 'db.sqlite')
-  const cdsConfig = { ...config, requires: { ...config.requires, db: { kind: 'sqlite', credentials: { url: dbFile } } } }
-  const child = spawn(process.execPath, [CDS_SERVE], {
-    cwd: EXAMPLE,
-    env: { ...process.env, PORT: String(port), CDS_CONFIG: JSON.stringify(cdsConfig), NODE_ENV: 'development' },
-    stdio: ['ignore', 'pipe', 'pipe']
-  })
-  let output = ''
-  child.stdout.on('data', d => (output += d))
-  child.stderr.on('data', d => (output += d))
-  const http = axios.create({ baseURL: `http://127.0.0.1:${port}`, validateStatus: () => true })
-  const exited = new Promise(resolve => child.once('exit', resolve))
-  try {
-    await waitFor(async () => child.exitCode === null && (await http.get('/').then(r => r.status === 200, () => false)), {
-      timeout: 30000,
-      what: 'the example app to listen'
-    })
-  } catch (e) {
-    child.kill()
-    throw new Error(`${e.message}; its output:\n${output}`)
-  }
-  return {
-    http,
-    output: () => output,
-    async stop() {
-      if (child.exitCode === null) process.kill(child.pid, 'SIGTERM')
-      await exited
-    }
-  }
-}
 
 const json = { headers: { 'content-type': 'application/json' } }
 const asOps = { auth: OPS }

@@ -218,11 +218,30 @@ describe('ordering and concurrency', () => {
 
   test('an ordering key that is not a short string or a number fails the call, naming header and event', async () => {
     await expect(cds.tx(() => target.emit('bad', {}, { 'x-ordering-key': { id: 1 } }))).rejects.toThrow(
-      'Invalid header x-ordering-key of event "bad": {"id":1}. Expected a non-empty string of at most 255 characters, or a number.'
+      'Invalid header x-ordering-key of event "bad": {"id":1}. Expected a non-empty string of at most 255 characters without NUL characters, or a number.'
     )
     await expect(cds.tx(() => ordered.emit('bad', { key: 'x'.repeat(256) }))).rejects.toThrow(
       /^Invalid ordering key \(option orderingKey\) of event "bad": "x+"\. Expected a non-empty string/
     )
+    expect(await messages()).toHaveLength(0)
+  })
+
+  test('a key is measured in characters, not UTF-16 units: 255 emoji are a key, 256 are refused', async () => {
+    const keys = await cds.tx(async () => {
+      await target.emit('keyed', {}, { 'x-ordering-key': '🚀'.repeat(255) })
+      return (await SELECT.from(MESSAGES).columns('orderingKey')).map(r => r.orderingKey)
+    })
+    expect(keys).toEqual(['🚀'.repeat(255)])
+    await expect(cds.tx(() => target.emit('long', {}, { 'x-ordering-key': '🚀'.repeat(256) }))).rejects.toThrow(
+      /^Invalid header x-ordering-key of event "long": "(?:🚀)+"\. Expected a non-empty string of at most 255 characters/
+    )
+  })
+
+  test('a key with a NUL character fails the call with the same clear error on every database', async () => {
+    await expect(cds.tx(() => target.emit('nul', {}, { 'x-ordering-key': 'order\u00004711' }))).rejects.toThrow(
+      'Invalid header x-ordering-key of event "nul": "order\\u00004711". Expected a non-empty string of at most 255 characters without NUL characters, or a number.'
+    )
+    await expect(cds.tx(() => ordered.emit('nul', { key: '\u0000' }))).rejects.toThrow(/^Invalid ordering key \(option orderingKey\) of event "nul"/)
     expect(await messages()).toHaveLength(0)
   })
 

@@ -61,7 +61,9 @@ describe('processing', () => {
     expect(run('left-over')).toBeUndefined()
     expect(await messages()).toMatchObject([{ status: null }])
     const swept = monitor().next('outcome', e => e.ID === row.ID)
-    cds.emit('served', cds.services) // what a new process does when it starts serving
+    // what `cds serve` does in a new process: 'served', then 'listening' once every 'served' handler succeeded
+    await cds.emit('served', cds.services)
+    cds.emit('listening', { server: cds.app.server, url: cds.server.url })
     expect(await swept).toMatchObject({ kind: 'succeeded' })
     expect(run('left-over')).toBeTruthy()
   })

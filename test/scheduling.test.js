@@ -1,6 +1,6 @@
 const { startApp } = require('./support/app')
 const { waitFor, sleep } = require('./support/wait')
-const { MESSAGES, millis } = require('./support/outbox')
+const { MESSAGES, millis, capRow } = require('./support/outbox')
 const { countStatements } = require('./support/statements')
 const cds = require('@sap/cds')
 
@@ -18,6 +18,15 @@ const DAY = 24 * HOUR
 /** CAP 10's task IDs, computed with its own `deterministic_uuid` (libx/queue/utils.js) for these inputs. */
 const CAP10_ID = {
   'Target:tick': 'fa13f121-dbfe-4f85-9843-9da13f3feb46'
+}
+
+/** CAP 10's `deterministic_uuid` (libx/queue/utils.js): the ID its built-in queue gives the task `input` names. */
+function capTaskId(input) {
+  const hash = require('crypto').createHash('sha256').update(input).digest()
+  hash[6] = (hash[6] & 0x0f) | 0x40
+  hash[8] = (hash[8] & 0x3f) | 0x80
+  const hex = hash.toString('hex')
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`
 }
 
 const tasks = () => SELECT.from(MESSAGES).where('task is not null').orderBy('task')
@@ -118,6 +127,54 @@ describe('scheduling', () => {
       await srv.schedule('tick').after('1h')
       expect((await taskRow('tick')).ID).toBe(CAP10_ID['Target:tick'])
       expect(await srv.unschedule('tick')).toBe(1)
+    })
+
+    test("tasks of services whose names contain ':' never replace each other: Shop + 'orders:nightly' and Shop:orders + 'nightly'", async () => {
+      const shop = new cds.Service('Shop')
+      const shopOrders = new cds.Service('Shop:orders')
+      await shop.schedule('report', { of: 'Shop' }).as('orders:nightly').after('1h')
+      await shopOrders.schedule('report', { of: 'Shop:orders' }).as('nightly').after('1h')
+      const rows = await tasks()
+      expect(rows.map(r => [r.service, r.task, JSON.parse(r.msg).data.of])).toEqual([
+        ['Shop:orders', 'nightly', 'Shop:orders'],
+        ['Shop', 'orders:nightly', 'Shop']
+      ])
+      expect(new Set(rows.map(r => r.ID)).size).toBe(2)
+      // rescheduling and unscheduling find each one's own row
+      await shopOrders.schedule('report', { of: 'Shop:orders again' }).as('nightly').after('1h')
+      expect(await shop.unschedule('orders:nightly')).toBe(1)
+      expect((await tasks()).map(r => [r.service, r.task, JSON.parse(r.msg).data.of])).toEqual([['Shop:orders', 'nightly', 'Shop:orders again']])
+      expect(await shopOrders.unschedule('nightly')).toBe(1)
+    })
+
+    test("a task named with ':' that CAP's built-in queue registered is replaced, not duplicated, and unscheduled", async () => {
+      // due in an hour, so that it is not run meanwhile
+      const inAnHour = new Date(Date.now() + HOUR)
+      const row = { ...capRow({ event: 'tick', data: { by: 'CAP' } }), ID: capTaskId('Target:orders:nightly'), task: 'orders:nightly', timestamp: inAnHour.toISOString(), dueAt: inAnHour }
+      await INSERT.into(MESSAGES).entries(row)
+      await srv.schedule('tick', { by: 'plugin' }).as('orders:nightly').after('1h')
+      expect((await tasks()).map(r => [r.task, JSON.parse(r.msg).data.by])).toEqual([['orders:nightly', 'plugin']])
+      await INSERT.into(MESSAGES).entries({ ...row, ID: capTaskId('Target:orders:nightly') })
+      expect(await srv.unschedule('orders:nightly')).toBe(2)
+      expect(await tasks()).toEqual([])
+    })
+
+    test('task names are measured in characters and may not contain NUL, with the same clear error on every database', async () => {
+      await srv.schedule('tick').as('🕐'.repeat(255)).after('1h')
+      expect((await tasks()).map(r => r.task)).toEqual(['🕐'.repeat(255)])
+      expect(() => srv.schedule('tick').as('🕐'.repeat(256))).toThrow(/^Invalid task name of Target\.schedule\("tick"\)\.as\(\): "(?:🕐)+"\. Expected a non-empty task name of at most 255 characters without NUL characters\.$/)
+      expect(() => srv.schedule('tick').as('nightly\u0000')).toThrow('Invalid task name of Target.schedule("tick").as(): "nightly\\u0000". Expected a non-empty task name')
+      await expect(srv.unschedule('nightly\u0000')).rejects.toThrow('Invalid task name of Target.unschedule(): "nightly\\u0000"')
+      expect(await srv.unschedule('🕐'.repeat(255))).toBe(1)
+    })
+
+    test('a task named after its event, by default, follows the same rule: a long or NUL event name fails at the call', async () => {
+      const long = 'replicate'.repeat(30)
+      await expect(srv.schedule(long).after('1h')).rejects.toThrow(
+        `Invalid task name (the event name) of Target.schedule(...): "${long}". Expected a non-empty task name of at most 255 characters without NUL characters; name it with .as(name).`
+      )
+      await expect(srv.schedule('tick\u0000').after('1h')).rejects.toThrow('Invalid task name (the event name) of Target.schedule(...): "tick\\u0000"')
+      expect(await tasks()).toEqual([])
     })
 
     test('schedule and unschedule work the same on the queued proxy, and CAP 9\'s schedule.task / asTask / unschedule.task are aliases', async () => {
@@ -241,11 +298,8 @@ describe('scheduling', () => {
       await srv.schedule('tick', { n: 1 }).every('* * * * * *')
       await waitFor(() => runsOf('tick').length >= 2, { what: 'two runs of a per-second cron task' })
       const [first] = runsOf('tick')
-      // between two runs (while one runs, dueAt is its lease)
-      const row = await waitFor(async () => {
-        const r = await taskRow('tick')
-        return r.status === null && r
-      }, { what: 'the task between two runs' })
+      // between its handler's end and its commit, a run's row is still claimed (`dueAt` is then its lease)
+      const row = await waitFor(async () => { const r = await taskRow('tick'); return r.status !== 'processing' && r }, { what: 'the row between two runs' })
       const due = millis(row.dueAt)
       expect(due % 1000).toBe(0)
       expect(due).toBeGreaterThan(first.end)

@@ -7,9 +7,8 @@ import { orderingKeyOf } from '../ordering'
 import type { EventQueues } from '../plugin'
 import { dispatchNow } from '../runner/dispatch'
 import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
-import { taskMessage } from './schedule'
-
-const LOG = cds.log('queue')
+import { upsertTask } from './schedule'
+import { LOG } from '../log'
 
 const $queued = Symbol.for('cds-event-queues.queued')
 const $unqueued = Symbol.for('cds-event-queues.unqueued')
@@ -65,13 +64,13 @@ export function unqueued<T>(srv: T): T {
 
 async function enqueue(plugin: EventQueues, original: Service, queue: QueueSettings, req: Dispatchable): Promise<undefined> {
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
-  const encoded = encode(req, context, original.name)
+  const encoded = encode(req, context, original.name, queue.secretHeader)
   assertSize(encoded.msg, queue.maxMessageSize, req.event)
   if (!queue.persistent || !cds.db) return keepInMemory(context, encoded.msg, queue.name)
   const { runner } = plugin
   const task = req.queue?.task
   if (task) {
-    await runner.store.upsertTask(taskMessage(queue, encoded, { ...req.queue, task }, plugin.settings.appid))
+    await upsertTask(runner.store, queue, encoded, { ...req.queue, task }, plugin.settings.appid)
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
     const orderingKey = orderingKeyOf(req, queue.orderingKey)

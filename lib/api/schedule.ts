@@ -1,10 +1,11 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { requestFromSendArgs } from '../cap/requests'
-import { messageDueAt, type Encoded } from '../codec'
+import { fitsNameColumn, messageDueAt, NAME_RULE, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
-import type { NewMessage, QueueInfo, QueueSettings } from '../interfaces'
+import type { QueueInfo, QueueSettings } from '../interfaces'
 import type { EventQueues } from '../plugin'
+import type { QueueStore } from '../store'
 import { checkCron, looksLikeCron, CRON_FORMS } from '../time/cron'
 import { DURATION_FORMS, parseDuration } from '../time/durations'
 import { firstRun } from '../time/recurrence'
@@ -15,9 +16,6 @@ import { firstRun } from '../time/recurrence'
  * or a cron string), and each successful occurrence moves the row to the next one.
  */
 
-/** `task` is a String(255) column. */
-const MAX_TASK_NAME = 255
-
 interface TaskRequest {
   event?: string
   queue?: QueueInfo
@@ -25,22 +23,42 @@ interface TaskRequest {
 
 type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
 
-/**
- * The row ID of a task, as CAP 10 derives it: the SHA-256 of `service:task` (plus `:appid` when set) formatted as a
- * version-4 UUID. A task that CAP's built-in queue registered is therefore replaced, not duplicated.
- */
-function taskId(serviceName: string, task: string, app: string | undefined): string {
-  const hash = createHash('sha256').update(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`).digest()
-  hash[6] = 0x40 | (hash[6] & 0x0f) // version 4
-  hash[8] = 0x80 | (hash[8] & 0x3f) // RFC 4122 variant
+/** SHA-256 of `input` as a UUID of `version` (RFC 9562 layout). */
+function uuidOf(input: string, version: 4 | 8): string {
+  const hash = createHash('sha256').update(input).digest()
+  hash[6] = (version << 4) | (hash[6] & 0x0f)
+  hash[8] = 0x80 | (hash[8] & 0x3f) // RFC variant
   const hex = hash.toString('hex', 0, 16)
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
 }
 
-/** The row that (re)schedules a task on its queue: its deterministic ID, due at its first run. */
-export function taskMessage(queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): NewMessage {
+/** CAP 10's task ID: `service:task` (plus `:appid` when set) hashed as a version-4 UUID. */
+function capTaskId(serviceName: string, task: string, app: string | undefined): string {
+  return uuidOf(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`, 4)
+}
+
+/**
+ * The row ID of a task, and the ID CAP 10 gave the same task where that one may belong to another task too.
+ * CAP 10's ID joins service, task and appid with ':', so names containing ':' collide (`Shop` + `orders:nightly` and
+ * `Shop:orders` + `nightly`). Without ':' in any of them it is unique and kept, so a task CAP's built-in queue
+ * registered is replaced, not duplicated; otherwise the ID hashes the parts unambiguously into a version-8 UUID,
+ * which never equals a CAP ID (version 4).
+ */
+export function taskIds(serviceName: string, task: string, app: string | undefined): { ID: string; capId?: string } {
+  const capId = capTaskId(serviceName, task, app)
+  if (![serviceName, task, app ?? ''].some(part => part.includes(':'))) return { ID: capId }
+  return { ID: uuidOf(JSON.stringify([serviceName, task, app ?? null]), 8), capId }
+}
+
+/**
+ * (Re)schedules a task on its queue: upserts its row, due at its first run. CAP's row of the same task under CAP's
+ * ambiguous ID goes, in the same transaction, so the task does not run twice.
+ */
+export async function upsertTask(store: QueueStore, queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): Promise<void> {
   const due = firstRun(info, Date.now(), queue.timezone)
-  return messageDueAt(queue.name, encoded, due, info.task, taskId(encoded.service, info.task, appid))
+  const { ID, capId } = taskIds(encoded.service, info.task, appid)
+  await store.upsertTask(messageDueAt(queue.name, encoded, due, info.task, ID))
+  if (capId) await store.unscheduleIfTask(capId, info.task)
 }
 
 /** CAP's `(value, unit)` form, e.g. `.after(5, 'minutes')`, as one duration text. */
@@ -59,9 +77,9 @@ function interval(value: unknown, what: string): number | string {
   throw invalid(what, value, `an interval > 0, as ${DURATION_FORMS}; or ${CRON_FORMS}`)
 }
 
-function taskName(value: unknown, what: string): string {
-  if (typeof value === 'string' && value.trim() && value.length <= MAX_TASK_NAME) return value
-  throw invalid(what, value, `a non-empty task name of at most ${MAX_TASK_NAME} characters`)
+function taskName(value: unknown, what: string, hint = ''): string {
+  if (typeof value === 'string' && value.trim() && fitsNameColumn(value)) return value
+  throw invalid(what, value, `a non-empty task name of ${NAME_RULE}${hint}`)
 }
 
 /**
@@ -119,6 +137,8 @@ export class ScheduleBuilder implements PromiseLike<void> {
     if (!this.queue.task) {
       throw new QueueError(`${this.srv.name}.schedule(...) has no event name to name the task by; name it with .as(name)`, 'INVALID_QUEUE_INPUT')
     }
+    // Named after its event unless `.as()` named it: the event name must fit too.
+    taskName(this.queue.task, `task name (the event name) of ${this.srv.name}.schedule(...)`, '; name it with .as(name)')
     const proxy = cds.queued(this.srv) as unknown as { send(req: TaskRequest): Promise<unknown> }
     await proxy.send(this.req)
   }
@@ -137,7 +157,9 @@ async function unschedule(plugin: EventQueues, srv: cds.Service, name: unknown):
   const task = taskName(name, `task name of ${original.name}.unschedule()`)
   // Without persistence (`cds.requires.queue: false`) tasks only live until they ran once: nothing to remove.
   if (!cds.db || !plugin.settings.queues.bind(original.name, original.options).persistent) return 0
-  return plugin.runner.store.unschedule(taskId(original.name, task, plugin.settings.appid))
+  const { store } = plugin.runner
+  const { ID, capId } = taskIds(original.name, task, plugin.settings.appid)
+  return (await store.unschedule(ID)) + (capId ? await store.unscheduleIfTask(capId, task) : 0)
 }
 
 /** `srv.unschedule(name)`, with CAP 9's `srv.unschedule.task(name)`. */

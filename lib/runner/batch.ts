@@ -5,8 +5,10 @@ import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { BatchingStore, DatabaseTransaction } from '../store'
 import { prepare, type AttemptResult } from './attempt'
+import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, type Service } from './dispatch'
 import { failed, succeeded } from './outcomes'
+import { LOG } from '../log'
 
 /**
  * Several claimed messages in one database transaction: a transaction per message caps throughput at the
@@ -107,10 +109,18 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
         }
         const part = store.savepointed(shared, `queue_message_${i}`)
         completes = undefined
-        const tx = await runOne(entry, part.tx, queue, store, complete).catch(async (error: unknown) => {
+        const running: BatchMessage = { shared, running: true, conflict: false }
+        const tx = await asBatchMessage(running, () => runOne(entry, part.tx, queue, store, complete)).then(
+          async tx => {
+            if (!running.conflict) return tx
+            await tx.rollback().catch(() => {})
+            throw new Error('gave the message up')
+          }
+        ).catch(async (error: unknown) => {
           await part.rollback()
-          results[entry.index] = failedWith(entry, error)
-        })
+          // its handler waited for a transaction of its own (see batch-connections.ts): it runs again, alone
+          results[entry.index] = running.conflict ? { outcome: { kind: 'deferred', dueAt: new Date(), alone: true }, message: entry.message } : failedWith(entry, error)
+        }).finally(() => (running.running = false))
         if (!tx) continue
         // A handler that caught a database error of its own left PostgreSQL's transaction aborted: keeping its part
         // fails, and so would every neighbour. Its part is undone instead and it fails alone, as it would alone.
@@ -142,7 +152,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
   // `req.on('succeeded')` of each message fires once its work is committed, i.e. after the transaction.
   for (const { entry, tx } of handled) {
     entry.committed()
-    await tx.commit().catch((e: unknown) => cds.log('queue').warn(`${entry.row.target}: message ${entry.row.ID}: a 'succeeded' listener failed after commit:`, e))
+    await tx.commit().catch((e: unknown) => LOG.warn(`${entry.row.target}: message ${entry.row.ID}: a 'succeeded' listener failed after commit:`, e))
     results[entry.index] = { outcome: { kind: 'succeeded' }, message: entry.message }
   }
   return taken

@@ -2,6 +2,7 @@ import type cds from '@sap/cds'
 import { hasHandlerFor } from '../cap/handlers'
 import { encode, type DecodedMessage, type Dispatchable, type Encoded } from '../codec'
 import { errorData } from '../failures'
+import type { HeaderRule } from '../interfaces'
 
 /**
  * `<event>/#succeeded` and `<event>/#failed`: queued messages themselves, written in the transaction that records
@@ -19,7 +20,8 @@ function isCallback(event: string | undefined): boolean {
 export function callbackFor(
   srv: cds.Service,
   message: DecodedMessage,
-  outcome: { succeeded: unknown } | { failed: unknown }
+  outcome: { succeeded: unknown } | { failed: unknown },
+  secretHeader: HeaderRule
 ): Encoded | undefined {
   const { request } = message
   if (isCallback(request.event)) return undefined
@@ -30,9 +32,9 @@ export function callbackFor(
   const callback: Dispatchable = { ...request, event, results, queue, _fromSend: message.fromSend }
   const context = { ...message.context, user: { id: message.userId } }
   try {
-    return encode(callback, context, message.serviceName)
+    return encode(callback, context, message.serviceName, secretHeader)
   } catch {
     // A result that is not JSON must not undo a successful message: the callback gets no result instead.
-    return encode({ ...callback, results: undefined }, context, message.serviceName)
+    return encode({ ...callback, results: undefined }, context, message.serviceName, secretHeader)
   }
 }

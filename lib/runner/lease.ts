@@ -1,9 +1,8 @@
 import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
-import { inOwnTransaction, type QueueStore } from '../store'
-
-const LOG = cds.log('queue')
+import type { QueueStore } from '../store'
+import { LOG } from '../log'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
@@ -32,6 +31,8 @@ export class Lease {
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
+  /** The message's attempt has begun; a batch's later messages are held until their turn (see slot.ts). */
+  started = false
 
   constructor(
     readonly claim: Claim,
@@ -75,15 +76,25 @@ export class Renewals {
   private timer: NodeJS.Timeout | undefined
   private failures = 0
 
+  /** Until when the leases are held for sure: the last lease written. */
+  private heldUntil: number
+
   constructor(
     private readonly timeout: number,
     private readonly store: QueueStore,
-    private readonly leaseUntil: number
-  ) {}
+    leaseUntil: number
+  ) {
+    this.heldUntil = leaseUntil
+  }
 
   add(lease: Lease): void {
     this.leases.add(lease)
-    if (!this.timer) this.schedule(Math.min(this.interval, (this.leaseUntil - Date.now()) / 2))
+    if (!this.timer) this.schedule(Math.min(this.interval, (this.heldUntil - Date.now()) / 2))
+  }
+
+  /** A handler must stop before its lease runs out, not after another instance took its message over. */
+  private get margin(): number {
+    return Math.min(RETRY_RENEWAL, this.timeout / 10)
   }
 
   delete(lease: Lease): void {
@@ -103,15 +114,23 @@ export class Renewals {
   private async renew(): Promise<void> {
     const leases = [...this.leases]
     let held: Set<string>
+    const until = Date.now() + this.timeout
     try {
       // Detached from whichever context the timer fired in: a renewal is a transaction of its own.
       cds.context = undefined
-      held = await inOwnTransaction(() => this.store.renewAll(leases.map(l => l.claim), Date.now() + this.timeout))
+      held = await this.store.renewAll(leases.map(l => l.claim), until)
     } catch (e) {
       this.failures++
+      const left = this.heldUntil - Date.now()
+      if (left <= this.margin) {
+        LOG.error(`could not renew the lease of ${describe(leases)} before it ends; aborting the handlers, the messages are taken over:`, e)
+        for (const lease of leases) lease.abort(new AttemptAborted(`Message ${lease.claim.ID}: its lease could not be renewed in time`, 'LEASE_LOST'))
+        return
+      }
       LOG.warn(`could not renew the lease of ${describe(leases)} (${this.failures}x); retrying:`, e)
-      return this.schedule(Math.min(this.interval, RETRY_RENEWAL))
+      return this.schedule(Math.min(this.interval, RETRY_RENEWAL, left - this.margin))
     }
+    this.heldUntil = until
     if (this.failures) LOG.info(`renewed the lease of ${describe(leases)} again after ${this.failures} failures`)
     this.failures = 0
     // A renewal racing a handler's own completion finds the row gone: only a running handler has lost its claim.

@@ -5,8 +5,7 @@ import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /** Upper bound for the pause after a failed claim (database outage): short enough to recover quickly. */
 const MAX_CLAIM_BACKOFF = 30_000

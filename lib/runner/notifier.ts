@@ -1,7 +1,6 @@
 import cds from '@sap/cds'
 import { postgresConnectionConfig } from '../cap/database-options'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /** Upper bound for the pause between reconnection attempts; polling covers the time without a listener. */
 const MAX_RECONNECT_DELAY = 30_000

@@ -8,13 +8,12 @@ import { backoffDelay } from '../time/backoff'
 import { nextRun } from '../time/recurrence'
 import { callbackFor } from './callbacks'
 import type { AttemptAborted } from './lease'
+import { LOG } from '../log'
 
 /**
  * What an attempt came to, in one place: deciding it from the error, writing it (a success in the handler's own
  * transaction, every other outcome after it), its callback, and its log line.
  */
-
-const LOG = cds.log('queue')
 
 /** The claim was taken over (lease expired) or the row deleted while the handler ran: its work is rolled back. */
 class ClaimLost extends Error {
@@ -72,7 +71,7 @@ export async function succeeded(
     if (!scheduled || (await store.holdsOccurrence(row.ID, row.timestamp))) throw new ClaimLost(row.ID)
     LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
   }
-  const callback = callbackFor(srv, message, { succeeded: result })
+  const callback = callbackFor(srv, message, { succeeded: result }, queue.secretHeader)
   if (callback) await store.insert(newMessage(queue.name, callback))
 }
 
@@ -91,7 +90,7 @@ export async function recordOutcome(
   const now = Date.now()
   const described = { service: message?.serviceName, event: message?.request.event }
   await inOwnTransaction(async () => {
-    if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt))
+    if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))
     const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
     if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now, false, described))
@@ -108,7 +107,7 @@ async function writeFailedCallback(queue: QueueSettings, message: DecodedMessage
   } catch {
     return // no such service: nobody can listen for its callbacks
   }
-  const callback = callbackFor(srv, message, { failed: error })
+  const callback = callbackFor(srv, message, { failed: error }, queue.secretHeader)
   if (callback) await store.insert(newMessage(queue.name, callback))
 }
 

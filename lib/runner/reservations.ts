@@ -4,7 +4,7 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
 import type { Slots } from './slots'
 
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs

@@ -7,14 +7,14 @@ import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
+import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Loop } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
 import { Slots } from './slots'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * The background runner's lifecycle: it starts when the app is served (sweeping what earlier processes left), claims
@@ -59,6 +59,7 @@ export class Runner {
    */
   connected(db: cds.DatabaseService): void {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
+    watchBatchConnections(db)
     if (db !== cds.db && cds.db) return
     const portable = usesPortableStore(this.settings.runner.store, db)
     LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
@@ -96,6 +97,8 @@ export class Runner {
       // A database unreachable at start must not leave the runner dead: claims back off until it is back.
       LOG.warn('could not check the indexes of the queue table; claims work without them, but slower:', e)
     }
+    // Stopped while the indexes were checked (a test's teardown, a failed start): nothing may start after the stop.
+    if (this.stopping || !this.started) return
     const listen = this.store.listenStatement
     if (listen) {
       this.notifier = new Notifier(listen, () => this.wake())
@@ -128,24 +131,37 @@ export class Runner {
     await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
-    if (this.leases.size) await this.handBackRunning()
+    await this.handBackRunning()
+    await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()
   }
 
   /**
-   * Aborts the handlers still running after the grace period and hands their messages back. Each release is guarded
-   * by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
+   * Aborts the handlers still running after the grace period and hands their messages back, with the messages of
+   * their batches that have not started (those a batch already handed back are no longer held). Each release is
+   * guarded by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
    */
   private async handBackRunning(): Promise<void> {
     const leases = [...this.leases]
-    LOG.warn(`${leases.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing their messages back`)
-    for (const lease of leases) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
+    const running = leases.filter(l => l.started)
+    const waiting = leases.filter(l => !l.started && !l.signal.aborted)
+    if (running.length + waiting.length === 0) return
+    const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
+    LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing back their messages${rest}`)
+    for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
     try {
-      const released = await inOwnTransaction(() => this.store.release(leases.map(l => l.claim), new Date()))
-      LOG.info(`handed back ${released} messages; ${leases.length - released} had completed meanwhile`)
+      const [fromRunning, fromWaiting] = await inOwnTransaction(async () => [
+        await this.store.release(running.map(l => l.claim), new Date()),
+        await this.store.release(waiting.map(l => l.claim), new Date())
+      ])
+      // An aborted handler's own slot hands its message back too, racing this release: which of the two did it, or
+      // whether the row completed or was taken over first, is not known here.
+      const gone = running.length - fromRunning + (waiting.length - fromWaiting)
+      const meanwhile = gone ? `; ${gone} were no longer claimed by this process (handed back by their aborted handler's slot, completed or taken over)` : ''
+      LOG.info(`handed back ${fromRunning + fromWaiting} messages (${fromRunning} of running handlers, ${fromWaiting} not started)${meanwhile}`)
     } catch (e) {
-      LOG.error(`could not hand back ${leases.length} messages at shutdown; they are taken over when their leases expire:`, e)
+      LOG.error(`could not hand back ${running.length + waiting.length} messages at shutdown; they are taken over when their leases expire:`, e)
     }
   }
 

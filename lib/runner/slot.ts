@@ -1,4 +1,3 @@
-import cds from '@sap/cds'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { batches } from '../store/queue-store'
@@ -9,8 +8,7 @@ import { enqueueLease } from './reservations'
 import { AttemptAborted, Lease, Renewals } from './lease'
 import type { Monitor } from './monitor'
 import { failed, interrupted, logOutcome, recordOutcome } from './outcomes'
-
-const LOG = cds.log('queue')
+import { LOG } from '../log'
 
 /**
  * A batch's messages that have not started after this long go back to the queue (see `handBackRest`): a batch of
@@ -37,7 +35,6 @@ export interface SlotHost {
 interface Entry {
   row: MessageRow
   lease: Lease
-  started: boolean
 }
 
 /**
@@ -47,7 +44,7 @@ interface Entry {
 export async function runSlot(host: SlotHost, queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): Promise<void> {
   const leaseUntil = rows[0].claimedAt + (reserved ? enqueueLease(queue) : queue.timeout)
   const renewals = new Renewals(queue.timeout, host.store, leaseUntil)
-  const entries: Entry[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals), started: false }))
+  const entries: Entry[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals) }))
   let handBack: NodeJS.Timeout | undefined
   // Held from now on, for shutdown and for the loop's check of claims in this process's name.
   for (const { lease } of entries) host.leases.add(lease)
@@ -56,7 +53,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     if (host.stopping) return await host.handBack(rows, claimedBy)
     if (!reserved && queue.timeout !== host.claimLease) {
       const claims = entries.map(e => e.lease.claim)
-      await inOwnTransaction(() => host.store.renewAll(claims, leaseUntil))
+      await host.store.renewAll(claims, leaseUntil)
     }
     for (const { lease } of entries) lease.start()
     if (entries.length > 1) handBack = setTimeout(() => handBackRest(host, entries, claimedBy), SLOT_TIME)
@@ -64,7 +61,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     if (!results) {
       LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
       // a handler that started and did not finish has had its attempt: the takeover counts it
-      const started = entries.filter(e => entries.length === 1 || e.started).map(e => e.lease.claim)
+      const started = entries.filter(e => entries.length === 1 || e.lease.started).map(e => e.lease.claim)
       for (const { ID } of started) host.abandoned.add(ID)
       setTimeout(() => started.forEach(({ ID }) => host.abandoned.delete(ID)), queue.timeout).unref()
       await inOwnTransaction(() => host.store.interrupt(started))
@@ -85,12 +82,12 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
 function attemptAll(store: QueueStore, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
   if (entries.length === 1) {
     const { row, lease } = entries[0]
+    lease.started = true
     return attempt(row, lease.claim, queue, store, lease.signal).then(result => [result])
   }
   if (!batches(store)) return attemptInTurn(store, queue, entries)
-  const batch: BatchEntry[] = entries.map(entry => {
-    const { row, lease } = entry
-    const start = () => !lease.signal.aborted && (entry.started = true)
+  const batch: BatchEntry[] = entries.map(({ row, lease }) => {
+    const start = () => !lease.signal.aborted && (lease.started = true)
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
   })
   return attemptBatch(batch, queue, store)
@@ -108,7 +105,7 @@ async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: E
       results.push({ outcome: failed(lease.signal.reason, row, queue) })
       continue
     }
-    entry.started = true
+    lease.started = true
     results.push(await attempt(row, lease.claim, queue, store, lease.signal))
     lease.stop()
   }
@@ -132,7 +129,7 @@ async function settle(host: SlotHost, queue: QueueSettings, row: MessageRow, lea
  * its own message only: they are due again at once, for any free slot of any process.
  */
 function handBackRest(host: SlotHost, entries: Entry[], claimedBy: string): void {
-  const rest = entries.filter(({ started, lease }) => !started && !lease.signal.aborted)
+  const rest = entries.filter(({ lease }) => !lease.started && !lease.signal.aborted)
   if (rest.length === 0) return
   for (const { row, lease } of rest) lease.abort(new AttemptAborted(`Message ${row.ID} was handed back: its slot is busy with a slow handler`, 'HANDED_BACK'))
   void host.handBack(rest.map(({ row }) => row), claimedBy).then(() => host.wake())

@@ -31,6 +31,8 @@ export interface Dialect {
   execute(connection: unknown, sql: string, params: unknown[], reads: boolean): Promise<Result>
   /** A query of the names (column `name`) of the indexes on `table`, from the catalog: no lock on the table. */
   indexesOf(table: string): string
+  /** Lease renewals run on a connection of the runner's own (see SideConnection), not on a pooled one. */
+  readonly renewsOutsideThePool: boolean
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */

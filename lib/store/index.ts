@@ -8,6 +8,7 @@ import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { iso, messageRow, millis, newRow, type RawRow } from './rows'
 import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
+import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
 import type { BatchingStore, Savepointed } from './queue-store'
@@ -38,6 +39,8 @@ export class Store implements BatchingStore {
   private oldRowsLeft = true
   /** Transactions that already signal other processes on commit (see `signalOthers`). */
   private readonly signalled = new WeakSet<object>()
+  /** Where renewals run when they must not wait for a pooled connection (see SideConnection). */
+  private readonly side: SideConnection | undefined
 
   constructor(
     kind: string | undefined,
@@ -49,6 +52,7 @@ export class Store implements BatchingStore {
     this.own = ownRowsSql(appid)
     this.ownE = ownRowsSql(appid, 'e.')
     this.old = oldRowsSql(appid)
+    this.side = this.dialect.renewsOutsideThePool ? new SideConnection() : undefined
   }
 
   /** The statement a dedicated connection runs to be told of new messages; undefined where only polling works. */
@@ -127,6 +131,11 @@ export class Store implements BatchingStore {
   /** Removes a scheduled task, whatever its state; the number of rows removed. */
   async unschedule(ID: string): Promise<number> {
     return this.changes(statements.deleteRow(ID))
+  }
+
+  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
+  async unscheduleIfTask(ID: string, task: string): Promise<number> {
+    return this.changes(statements.deleteTask(ID, task, this.own))
   }
 
   /**
@@ -210,13 +219,14 @@ export class Store implements BatchingStore {
 
   /**
    * Hands claimed rows back unprocessed, due at `dueAt` (default: at the time they were claimed); the number handed
-   * back. A row completed meanwhile, or now claimed by another process, is left alone.
+   * back. A row completed meanwhile, or now claimed by another process, is left alone. `alone`: the rows run alone
+   * from now on (they count as interrupted, see the claim).
    */
-  async release(claims: Claim[], dueAt?: Date): Promise<number> {
+  async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
     let released = 0
     // One statement per claim: rows of one claim share owner and time (`heldBy`).
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
-      released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt)))
+      released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
     return released
   }
@@ -226,10 +236,21 @@ export class Store implements BatchingStore {
     if (claims.length) await this.changes(statements.interrupt(claims))
   }
 
-  /** Moves the leases of `claims` (of one claim, as a slot's are) to `until`; the IDs of those still held. */
+  /**
+   * Moves the leases of `claims` (of one claim, as a slot's are) to `until`, in a transaction of its own (on
+   * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
+   */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const rows = await this.rows<{ ID: string }>(statements.renew(claims, until, Date.now()))
-    return new Set(rows.map(r => r.ID))
+    const { sql, params } = statements.renew(claims, until, Date.now())
+    const rows = this.side
+      ? (await this.side.run(this.dialect.prepare(sql), params)).rows
+      : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))
+    return new Set(rows.map(r => r.ID as string))
+  }
+
+  /** Closes what the store opened of its own (the side connection). */
+  async close(): Promise<void> {
+    await this.side?.close()
   }
 
   /**

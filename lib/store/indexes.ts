@@ -1,5 +1,5 @@
-import cds from '@sap/cds'
 import { TABLE } from './rules'
+import { LOG } from '../log'
 
 /**
  * The indexes the claim needs; without them it degrades with the table's size. Created by the runner at start, not
@@ -43,7 +43,7 @@ export async function ensureIndexes(target: IndexTarget): Promise<void> {
       await target.run(`CREATE INDEX IF NOT EXISTS ${name} ON ${TABLE} ${definition}`)
     } catch (e) {
       // Instances starting at the same moment race to create it; PostgreSQL fails the later ones with a duplicate.
-      if (!(await target.indexNames()).has(name.toLowerCase())) cds.log('queue').warn(`could not create index ${name}; claims work without it, but slower:`, e)
+      if (!(await target.indexNames()).has(name.toLowerCase())) LOG.warn(`could not create index ${name}; claims work without it, but slower:`, e)
     }
   }
 }

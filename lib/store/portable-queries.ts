@@ -155,6 +155,11 @@ export function deleteRow(ID: string): Query {
   return DELETE.from(ENTITY).where({ ID })
 }
 
+/** Deletes the row `ID` if it is this app's (`own`) task `task`. */
+export function deleteTask(ID: string, task: string, own: Cqn): Query {
+  return DELETE.from(ENTITY).where(all(compare('ID', '=', ID), compare('task', '=', task), own))
+}
+
 /** Deletes processed rows, while their claims hold them. */
 export function complete(claims: Claim[]): Query {
   return DELETE.from(ENTITY).where(heldByCqn(claims))
@@ -170,9 +175,10 @@ export function interrupt(claims: Claim[]): Query {
   return whileHeld({ interrupted: { xpr: [ref('interrupted'), '+', val(1)] } }, claims)
 }
 
-/** Hands claimed rows back unprocessed, due at `dueAt`. */
-export function release(claims: Claim[], dueAt: Date): Query {
-  return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt) }, claims)
+/** Hands claimed rows back unprocessed, due at `dueAt`; `alone`: counted as interrupted, so they run alone. */
+export function release(claims: Claim[], dueAt: Date, alone = false): Query {
+  const interrupted = alone ? { interrupted: { xpr: [ref('interrupted'), '+', val(1)] } } : {}
+  return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), ...interrupted }, claims)
 }
 
 /** Moves a completed occurrence of a recurring task to its next one. */

@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { groupBy } from '../group-by'
 import type { Claim, MessageRow, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
+import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { iso, messageRow, millis } from './rows'
 import { oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits } from './rules'
@@ -65,6 +66,10 @@ export class PortableStore implements QueueStore {
 
   async unschedule(ID: string): Promise<number> {
     return Number(await q.deleteRow(ID))
+  }
+
+  async unscheduleIfTask(ID: string, task: string): Promise<number> {
+    return Number(await q.deleteTask(ID, task, this.own))
   }
 
   async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
@@ -161,11 +166,11 @@ export class PortableStore implements QueueStore {
     return Number(await q.fail(claim, attempts, lastError, dueAt, now, leaveKey, described)) === 1
   }
 
-  async release(claims: Claim[], dueAt?: Date): Promise<number> {
+  async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
     let released = 0
     // One statement per claim: rows of one claim share owner and time (`heldByCqn`).
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
-      released += Number(await q.release(group, dueAt ?? new Date(group[0].claimedAt)))
+      released += Number(await q.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
     return released
   }
@@ -182,13 +187,22 @@ export class PortableStore implements QueueStore {
     return held
   }
 
-  async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const renewed = Number(await q.renew(claims, until, Date.now()))
-    // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
-    if (renewed === claims.length) return new Set(claims.map(c => c.ID))
-    if (renewed === 0) return new Set()
-    return new Set(((await q.held(claims)) as { ID: string }[]).map(r => r.ID))
+  /**
+   * In a transaction of its own from the pool: CAP offers no connection outside it (the native store renews on one of
+   * its own on PostgreSQL), so a renewal waits like any transaction when the handler slots hold every pooled one.
+   */
+  renewAll(claims: Claim[], until: number): Promise<Set<string>> {
+    return inOwnTransaction(async () => {
+      const renewed = Number(await q.renew(claims, until, Date.now()))
+      // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
+      if (renewed === claims.length) return new Set(claims.map(c => c.ID))
+      if (renewed === 0) return new Set<string>()
+      return new Set(((await q.held(claims)) as { ID: string }[]).map(r => r.ID))
+    })
   }
+
+  /** Nothing of its own to close: every statement runs on CAP's pooled connections. */
+  async close(): Promise<void> {}
 
   async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
     let changed = await this.reconciling(q.resurrectable(this.own, limits), () => q.resurrect(now))

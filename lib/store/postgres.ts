@@ -26,5 +26,6 @@ export const postgres: Dialect = {
   // Unquoted identifiers are folded to lower case when created.
   indexesOf: table =>
     `SELECT indexname AS "name" FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '${table.toLowerCase()}'`,
+  renewsOutsideThePool: true,
   execute: (connection, sql, params) => executeOnPostgres(connection, sql, params)
 }

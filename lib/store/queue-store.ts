@@ -21,6 +21,8 @@ export interface QueueStore {
   upsertTask(message: NewMessage): Promise<void>
   /** Removes a scheduled task, whatever its state; the number of rows removed. */
   unschedule(ID: string): Promise<number>
+  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
+  unscheduleIfTask(ID: string, task: string): Promise<number>
   /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see Store.claim for the rules). */
   claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[]): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */
@@ -33,13 +35,16 @@ export interface QueueStore {
   holdsOccurrence(ID: string, timestamp: number): Promise<boolean>
   /** Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. */
   fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean>
-  /** Hands claimed rows back unprocessed, due at `dueAt` (default: their claim time); the number handed back. */
-  release(claims: Claim[], dueAt?: Date): Promise<number>
+  /**
+   * Hands claimed rows back unprocessed, due at `dueAt` (default: their claim time); the number handed back. `alone`:
+   * they run alone from now on (they count as interrupted).
+   */
+  release(claims: Claim[], dueAt?: Date, alone?: boolean): Promise<number>
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
   interrupt(claims: Claim[]): Promise<void>
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
   held(claims: Claim[]): Promise<Set<string>>
-  /** Moves the leases of `claims` (of one claim) to `until`; the IDs of those still held. */
+  /** Moves the leases of `claims` (of one claim) to `until`, in a transaction of its own; the IDs of those still held. */
   renewAll(claims: Claim[], until: number): Promise<Set<string>>
   /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
   reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
@@ -49,6 +54,8 @@ export interface QueueStore {
   nextDue(after: number): Promise<number | undefined>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
+  /** Closes what the store opened of its own. */
+  close(): Promise<void>
 }
 
 /** One message's part of a transaction several messages share (see `BatchingStore.savepointed`). */

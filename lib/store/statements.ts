@@ -93,6 +93,11 @@ export function deleteRow(ID: string): Fragment {
   return { sql: `DELETE FROM ${TABLE} WHERE ID = ?`, params: [ID] }
 }
 
+/** The row `ID` only if it is this app's (`own`) task `task`: a row of another task or app with that ID stays. */
+export function deleteTask(ID: string, task: string, own: Fragment): Fragment {
+  return { sql: `DELETE FROM ${TABLE} WHERE ID = ? AND task = ? AND ${own.sql}`, params: [ID, task, ...own.params] }
+}
+
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
  * ordering key is busy. A row another runner set to 'processing' without a claim of this plugin is left alone until
@@ -152,8 +157,8 @@ export function whichHeld(claims: Claim[]): Fragment {
 }
 
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
-export function release(claims: Claim[], dueAt: Date): Fragment {
-  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?`, [iso(dueAt)], claims)
+export function release(claims: Claim[], dueAt: Date, alone = false): Fragment {
+  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?${alone ? ', interrupted = interrupted + 1' : ''}`, [iso(dueAt)], claims)
 }
 
 /** Deletes processed rows, while their claims hold them. */

@@ -33,11 +33,20 @@ describe('faults: bad input', () => {
   test.each([
     ['a circular object', () => { const o = { a: 1 }; o.self = o; return o }, /not serialisable as JSON/],
     ['a BigInt', () => ({ amount: 10n }), /'amount' is a bigint/],
-    ['a function', () => ({ callback: () => {} }), /'callback' is a function/]
+    ['a function', () => ({ callback: () => {} }), /'callback' is a function/],
+    ['a Map', () => ({ prices: new Map([['A1', 10]]) }), /'prices' is a Map/],
+    ['a Set', () => ({ tags: new Set(['new']) }), /'tags' is a Set/],
+    ['NaN', () => ({ ratio: 0 / 0 }), /'ratio' is NaN/],
+    ['Infinity', () => ({ limit: -Infinity }), /'limit' is -Infinity/],
+    ['a Buffer', () => ({ file: Buffer.from('%PDF') }), /'file' is a Buffer/],
+    ['a typed array', () => ({ pixels: new Uint8Array([1, 2]) }), /'pixels' is a Uint8Array/],
+    ['a Map in a header', () => [{}, { 'x-context': new Map() }], /'x-context' is a Map/]
   ])('a payload with %s fails at emit, writes nothing, and the transaction stays usable', async (_, payload, reason) => {
     await cds.tx(async () => {
       await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'before' })
-      await expect(queued.emit('bad', payload())).rejects.toThrow(reason)
+      // a payload is the event's data, or [data, headers]
+      const [data, headers] = [payload()].flat()
+      await expect(queued.emit('bad', data, headers)).rejects.toThrow(reason)
       await queued.emit('good', { after: 'the failure' })
       await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'after' })
     })

@@ -1,6 +1,8 @@
 /**
  * CAP contracts that need a process of their own (they end it): CHECK names which. Prints one JSON line.
- * - `disconnect-on-shutdown`: a database service disconnects through its own `disconnect` when cds emits 'shutdown'.
+ * - `disconnect-on-shutdown`: a database service disconnects through its own `disconnect` when cds emits 'shutdown';
+ * - `listening-after-served`: `cds serve` says it is 'serve' in `cds.cli.command` and emits 'listening' after every
+ *   'served' handler completed, also one that takes its time.
  */
 const path = require('path')
 
@@ -16,6 +18,18 @@ const checks = {
     // what `cds serve` does on SIGTERM or cds.shutdown(): await every 'shutdown' listener
     await Promise.all(cds.listeners('shutdown').map(fn => fn()))
     return { called }
+  },
+  'listening-after-served': async () => {
+    const events = []
+    await cds.plugins
+    cds.on('served', async () => {
+      events.push(`served: ${cds.cli.command}`)
+      await new Promise(resolve => setTimeout(resolve, 200))
+      events.push('served handler done')
+    })
+    cds.on('listening', () => events.push('listening'))
+    await cds.exec('--port', '0')
+    return { events }
   }
 }
 

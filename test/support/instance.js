@@ -5,7 +5,8 @@
  *
  * Fault suites shape the handler through the environment: HANDLER_MS (it waits this long before writing; it stops
  * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
- * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call).
+ * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call),
+ * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile).
  */
 const fs = require('fs')
 const path = require('path')
@@ -17,7 +18,7 @@ const cds = require('@sap/cds')
 // promise (ParameterStream.flushChunk), which `cds serve` turns into a shutdown. The outage suite is about the queue.
 const { insertRecord, serveCounting } = require('./counting')
 
-const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS } = process.env
+const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS, HOLD_TX } = process.env
 
 /** Waits `ms`, or rejects when `signal` aborts first. */
 function pause(ms, signal) {
@@ -35,6 +36,7 @@ cds.on('served', async () => {
   const srv = await cds.connect.to('Target')
   srv.on('record', async req => {
     if (SIDE_EFFECTS) fs.appendFileSync(SIDE_EFFECTS, `${req.queue.messageId}\n`)
+    if (HOLD_TX) await SELECT.one.from('test.Records')
     const slow = SLOW_EVERY && req.data.n % Number(SLOW_EVERY) === 0
     await pause(Number(slow ? SLOW_MS : HANDLER_MS), req.queue.signal)
     await insertRecord('handled', req.queue.messageId, process.env.INSTANCE)

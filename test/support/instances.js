@@ -83,4 +83,27 @@ function runOneOff(database, action, { requires = {}, env = {} } = {}) {
   )
 }
 
-module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess, runOneOff }
+/**
+ * Runs test/support/failing-start.js (an app whose `served` handler fails with `failure`) on a deployed database and
+ * resolves with its exit code, its output and how long it ran; a process still running after `limit` ms is killed
+ * by its PID (code null).
+ */
+function startFailing(database, failure, limit) {
+  const start = Date.now()
+  const child = fork(path.join(__dirname, 'failing-start.js'), [], {
+    env: { ...environment(database, { name: 'failing' }), FAIL_ON_SERVED: failure },
+    silent: true
+  })
+  let output = ''
+  child.stdout.on('data', chunk => (output += chunk))
+  child.stderr.on('data', chunk => (output += chunk))
+  const timer = setTimeout(() => process.kill(child.pid, 'SIGKILL'), limit)
+  return new Promise(resolve =>
+    child.once('exit', code => {
+      clearTimeout(timer)
+      resolve({ code, output, ms: Date.now() - start })
+    })
+  )
+}
+
+module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess, runOneOff, startFailing }

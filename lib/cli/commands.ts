@@ -1,0 +1,137 @@
+import cds from '@sap/cds'
+import { dialectFor } from '../store/dialect'
+import { CHUNK, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
+import type { Invocation, Options } from './args'
+import { EXIT } from './exit-codes'
+import { firstLine, progress, seconds, table, type Streams } from './output'
+
+/** What a command works with: the operator service's queries on the project's own database. */
+export interface Session {
+  queries: OperatorQueries
+  db: cds.DatabaseService
+  streams: Streams
+}
+
+const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE']
+
+/** Runs `fn` in a transaction of its own: a bulk operation commits chunk by chunk, never holding locks for long. */
+const inTransaction = <T>(db: cds.DatabaseService, fn: () => Promise<T>): Promise<T> => db.tx(fn) as unknown as Promise<T>
+
+async function status({ queries, db, streams }: Session, options: Options): Promise<number> {
+  const rows = await inTransaction(db, () => queries.statistics())
+  if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+  else if (!rows.length) streams.stdout.write('No messages are waiting and there are no dead letters.\n')
+  else {
+    const cells = rows.map(r => [r.queue, r.service ?? '', r.event ?? '', r.pending, r.processing, r.dead, seconds(r.relayLag), r.oldestPendingSince ?? ''])
+    streams.stdout.write(table(STATUS_HEADERS, cells))
+  }
+  return thresholds(rows, options, streams)
+}
+
+/** `--max-lag` / `--max-dead`: a cron job or a probe can alert on the exit code alone. */
+function thresholds(rows: QueueStatistics[], options: Options, streams: Streams): number {
+  const exceeded: string[] = []
+  if (options.maxLag !== undefined) {
+    for (const r of rows.filter(r => r.relayLag * 1000 > options.maxLag!)) {
+      exceeded.push(`relay lag of ${[r.queue, r.service, r.event].filter(Boolean).join(' / ')} is ${seconds(r.relayLag)}, over --max-lag ${seconds(Math.round(options.maxLag / 1000))}`)
+    }
+  }
+  const dead = rows.reduce((sum, r) => sum + r.dead, 0)
+  if (options.maxDead !== undefined && dead > options.maxDead) exceeded.push(`${dead} dead letter${dead === 1 ? '' : 's'}, over --max-dead ${options.maxDead}`)
+  for (const line of exceeded) streams.stderr.write(`${line}\n`)
+  return exceeded.length ? EXIT.THRESHOLD : EXIT.OK
+}
+
+function filterOf(options: Options): DeadLetterFilter {
+  const filter: DeadLetterFilter = {}
+  if (options.queue !== undefined) filter.queue = options.queue
+  if (options.service !== undefined) filter.service = options.service
+  if (options.event !== undefined) filter.event = options.event
+  if (options.olderThan !== undefined) filter.enqueuedBefore = Date.now() - options.olderThan
+  return filter
+}
+
+async function dead({ queries, db, streams }: Session, options: Options): Promise<number> {
+  const rows = await inTransaction(db, () => queries.listDeadLetters(filterOf(options), options.limit))
+  if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+  else if (!rows.length) streams.stdout.write('No dead letters.\n')
+  else {
+    const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.lastAttemptTimestamp ?? '', firstLine(r.lastError)])
+    streams.stdout.write(table(['ID', 'QUEUE', 'SERVICE', 'EVENT', 'ATTEMPTS', 'LAST ATTEMPT', 'LAST ERROR'], cells))
+  }
+  return EXIT.OK
+}
+
+async function pending({ queries, db, streams }: Session, options: Options): Promise<number> {
+  const rows = await inTransaction(db, () => queries.listPending(filterOf(options), options.limit))
+  if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+  else if (!rows.length) streams.stdout.write('No messages are waiting.\n')
+  else {
+    const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.timestamp, r.status === 'processing' ? `processing (${r.claimedBy ?? '?'})` : 'waiting', firstLine(r.lastError)])
+    streams.stdout.write(table(['ID', 'QUEUE', 'SERVICE', 'EVENT', 'ATTEMPTS', 'WAITING SINCE', 'STATE', 'LAST ERROR'], cells))
+  }
+  return EXIT.OK
+}
+
+/** The given IDs that are dead letters; the others are reported on stderr. */
+async function deadOnes({ queries, db, streams }: Session, ids: string[]): Promise<{ dead: string[]; missing: number }> {
+  const dead: string[] = []
+  for (const ID of ids) {
+    const state = await inTransaction(db, () => queries.messageState(ID))
+    if (!state) streams.stderr.write(`There is no queued message with ID ${ID}.\n`)
+    else if (!state.dead) streams.stderr.write(`Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.\n`)
+    else dead.push(ID)
+  }
+  return { dead, missing: ids.length - dead.length }
+}
+
+/**
+ * Revives or deletes `ids` chunk by chunk, each chunk in a transaction of its own: an interrupted run leaves what it
+ * did committed, and running it again continues. Revived rows are announced to the app's runners on PostgreSQL
+ * (the same wake-up an enqueue sends); on SQLite they run at the app's next poll.
+ */
+async function bulk(session: Session, action: 'revive' | 'delete', ids: string[]): Promise<number> {
+  const { queries, db, streams } = session
+  const verb = action === 'revive' ? 'revived' : 'deleted'
+  const wakeUp = action === 'revive' ? dialectFor(db.kind).wakeUp : undefined
+  const bar = progress(streams, verb, ids.length, CHUNK)
+  let changed = 0
+  for (let i = 0; i < ids.length; i += CHUNK) {
+    const some = ids.slice(i, i + CHUNK)
+    changed += await inTransaction(db, async () => {
+      const count = action === 'revive' ? await queries.revive(some) : await queries.remove(some)
+      if (count && wakeUp) await db.run(wakeUp.signal)
+      return count
+    })
+    bar.advance(some.length)
+  }
+  bar.done()
+  return changed
+}
+
+async function reviveOrDelete(session: Session, action: 'revive' | 'delete', { ids, options }: Invocation): Promise<number> {
+  const { queries, db, streams } = session
+  const found = options.all ? { dead: await inTransaction(db, () => queries.deadLetterIDs(filterOf(options))), missing: 0 } : await deadOnes(session, ids)
+  const changed = await bulk(session, action, found.dead)
+  streams.stdout.write(`${action === 'revive' ? 'Revived' : 'Deleted'} ${changed} dead letter${changed === 1 ? '' : 's'}.\n`)
+  return found.missing ? EXIT.NOT_DEAD : EXIT.OK
+}
+
+export async function runCommand(session: Session, invocation: Invocation): Promise<number> {
+  switch (invocation.command) {
+    case 'status':
+      return status(session, invocation.options)
+    case 'pending':
+      return pending(session, invocation.options)
+    case 'dead':
+      return dead(session, invocation.options)
+    case 'revive':
+      return reviveOrDelete(session, 'revive', invocation)
+    case 'delete':
+      return reviveOrDelete(session, 'delete', invocation)
+    case 'purge':
+      return reviveOrDelete(session, 'delete', { ...invocation, options: { ...invocation.options, all: true } })
+    case 'help':
+      return EXIT.OK
+  }
+}

@@ -1,0 +1,50 @@
+import cds from '@sap/cds'
+import { existsSync } from 'fs'
+import { join } from 'path'
+import { OperatorQueries } from '../../srv/event-queues-queries'
+import { disconnect } from '../cap/lifecycle'
+import { invalid, QueueError } from '../errors'
+import { compileSettings } from '../settings'
+import type { Session } from './commands'
+import type { Streams } from './output'
+
+/** CAP's loggers whose info lines (connecting, pools) would mix with the CLI's output; warnings still show. */
+const QUIET = ['cds', 'db', 'sqlite', 'postgres', 'pool', 'queue']
+const PLUGIN = 'cds-event-queues'
+const MODEL = join(__dirname, '..', '..', 'db', 'outbox.cds')
+
+/** cds.env as the CLI reads it: which plugins cds found in the project. */
+type ProjectEnv = { plugins?: Record<string, unknown>; requires?: { db?: { credentials?: { url?: unknown; database?: unknown } } } }
+
+/**
+ * Connects to the project's database exactly as the app would (`cds.requires.db` of the folder's cds.env and
+ * profile), with the queue settings the app compiles, so "dead" means what it means to the app's runner. The
+ * plugin's cds-plugin is not loaded: no runner starts, nothing is served.
+ */
+export async function openSession(streams: Streams): Promise<Session & { close(): Promise<void> }> {
+  const root = cds.root
+  if (!existsSync(join(root, 'package.json'))) {
+    throw new QueueError(`${root} is not the folder of a CAP project (no package.json): run cds-event-queues where the app's package.json is.`, 'INVALID_QUEUE_INPUT')
+  }
+  const env = cds.env as unknown as ProjectEnv
+  if (env.plugins && !(PLUGIN in env.plugins)) {
+    throw new QueueError(`The project in ${root} does not use ${PLUGIN}: add it with npm add ${PLUGIN}.`, 'INVALID_QUEUE_INPUT')
+  }
+  const db = env.requires?.db
+  if (!db) throw invalid(`cds.requires.db of the project in ${root}`, db, 'a database configuration (kind and credentials); is the right --profile given?')
+  const location = db.credentials?.url ?? db.credentials?.database
+  if (location === ':memory:') throw invalid(`cds.requires.db.credentials of the project in ${root}`, db.credentials, 'a persistent database: an in-memory one has no queue to operate on')
+  for (const id of QUIET) cds.log(id, 'warn')
+
+  // Invalid queue options stop the CLI as they stop the app: the CLI must judge dead letters by the same limits.
+  const settings = compileSettings(cds.env)
+  // The table's model, so CQL names its columns as the app does (PostgreSQL folds unquoted names to lower case).
+  cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
+  const connected = (await cds.connect.to('db')) as cds.DatabaseService
+  return {
+    queries: new OperatorQueries(settings.queues, settings.appid),
+    db: connected,
+    streams,
+    close: () => disconnect(connected)
+  }
+}

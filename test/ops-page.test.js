@@ -1,0 +1,133 @@
+const { startApp } = require('./support/app')
+const { waitFor } = require('./support/wait')
+const { MESSAGES } = require('./support/outbox')
+const cds = require('@sap/cds')
+
+/**
+ * The ops page's backend over HTTP: its files (the browser suite drives the page itself) and the lag history it
+ * samples, on both databases. Retries wait an hour, so a failed message stays pending and its lag grows.
+ */
+const USERS = {
+  ops: { password: 'ops', roles: ['internal-user'] },
+  clerk: { password: 'clerk', roles: ['booking-clerk'] }
+}
+const app = startApp({
+  requires: {
+    auth: { kind: 'mocked', users: USERS },
+    queue: { backoff: { base: '1h' } },
+    'dead-letter-queue': { lagSampleInterval: '200ms' }
+  },
+  log: { levels: { odata: 'warn', error: 'silent' } }
+})
+const as = user => ({ auth: user && { username: user, password: USERS[user].password }, validateStatus: () => true, maxRedirects: 0 })
+
+describe('the ops page backend', () => {
+  test('serves its three files to operators only, with a policy that allows nothing from elsewhere', async () => {
+    for (const [file, type] of [['', 'text/html'], ['index.html', 'text/html'], ['page.js', 'text/javascript'], ['page.css', 'text/css']]) {
+      const res = await app.axios.get(`/event-queues/${file}`, as('ops'))
+      expect([file, res.status, res.headers['content-type']]).toEqual([file, 200, `${type}; charset=utf-8`])
+      expect(res.headers['content-security-policy']).toMatch(/^default-src 'none'; script-src 'self'; style-src 'self';.* connect-src 'self'/)
+      expect((await app.axios.get(`/event-queues/${file}`, as())).status).toBe(401)
+      expect((await app.axios.get(`/event-queues/${file}`, as('clerk'))).status).toBe(403)
+    }
+    const html = (await app.axios.get('/event-queues/', as('ops'))).data
+    // only relative references: nothing the browser would fetch from a CDN
+    expect([...html.matchAll(/(?:src|href)="([^"]+)"/g)].map(m => m[1])).toEqual(['page.css', 'page.js'])
+    expect((await app.axios.get('/event-queues/other.js', as('ops'))).status).toBe(404)
+    const bare = await app.axios.get('/event-queues', as('ops'))
+    expect([bare.status, bare.headers.location]).toEqual([301, '/event-queues/'])
+  })
+
+  test('lagHistory() returns the sampled statistics per queue, oldest first, ending with a sample taken now', async () => {
+    const target = await cds.connect.to('Target')
+    target.on('flaky', () => {
+      throw new Error('the flights system is down')
+    })
+    await cds.tx(() => cds.queued(target).emit('flaky', {}))
+    const [flaky] = await SELECT.from(MESSAGES)
+    await waitFor(async () => (await SELECT.one.from(MESSAGES).where({ ID: flaky.ID })).attempts === 1, { what: 'the first attempt to fail' })
+    const enqueued = Date.parse(flaky.timestamp)
+
+    // samples until the message has waited 2 s: the lag must have grown across them
+    await waitFor(async () => Date.now() - enqueued > 2100, { what: 'two seconds of lag', interval: 100 })
+    const asked = Date.now()
+    const res = await app.axios.get('/odata/v4/event-queues/lagHistory()', as('ops'))
+    expect(res.status).toBe(200)
+    const samples = res.data.value.filter(s => s.queue === 'queue')
+    expect(samples.length).toBeGreaterThanOrEqual(5)
+    const times = samples.map(s => Date.parse(s.at))
+    expect(times).toEqual([...times].sort((a, b) => a - b))
+    expect(times.at(-1)).toBeGreaterThanOrEqual(asked - 5)
+    const last = samples.at(-1)
+    expect(last).toMatchObject({ pending: 1, processing: 0, dead: 0 })
+    expect(last.relayLag).toBe(Math.floor((times.at(-1) - enqueued) / 1000))
+    expect(samples.map(s => s.relayLag)).toContain(0)
+    expect(Math.max(...samples.map(s => s.relayLag))).toBe(last.relayLag)
+
+    expect((await app.axios.get('/odata/v4/event-queues/lagHistory()', as())).status).toBe(401)
+    expect((await app.axios.get('/odata/v4/event-queues/lagHistory()', as('clerk'))).status).toBe(403)
+  })
+})
+
+describe('the lag history', () => {
+  const { LagHistory, HISTORY_WINDOW } = require('../lib/ops/lag-history')
+
+  test('keeps one hour, adds counts of a queue over its services and events, and gives an emptied queue a zero point', async () => {
+    let now = Date.parse('2026-01-01T10:00:00Z')
+    let counts = [
+      { queue: 'queue', pending: 2, processing: 1, dead: 0, relayLag: 30 },
+      { queue: 'queue', pending: 1, processing: 0, dead: 4, relayLag: 90 },
+      { queue: 'flights', pending: 1, processing: 0, dead: 0, relayLag: 5 }
+    ]
+    const history = new LagHistory(async () => counts, 1000, () => now)
+    await history.sample()
+    now += HISTORY_WINDOW / 2
+    counts = [{ queue: 'queue', pending: 0, processing: 0, dead: 4, relayLag: 0 }]
+    expect(await history.history()).toEqual([
+      { at: '2026-01-01T10:00:00.000Z', queue: 'queue', pending: 3, processing: 1, dead: 4, relayLag: 90 },
+      { at: '2026-01-01T10:00:00.000Z', queue: 'flights', pending: 1, processing: 0, dead: 0, relayLag: 5 },
+      { at: '2026-01-01T10:30:00.000Z', queue: 'queue', pending: 0, processing: 0, dead: 4, relayLag: 0 },
+      { at: '2026-01-01T10:30:00.000Z', queue: 'flights', pending: 0, processing: 0, dead: 0, relayLag: 0 }
+    ])
+    now += HISTORY_WINDOW / 2 + 1
+    expect((await history.history()).map(s => [s.at, s.queue])).toEqual([
+      ['2026-01-01T10:30:00.000Z', 'queue'],
+      ['2026-01-01T10:30:00.000Z', 'flights'],
+      ['2026-01-01T11:00:00.001Z', 'queue'],
+      ['2026-01-01T11:00:00.001Z', 'flights']
+    ])
+  })
+
+  test('stop waits for the sample in progress and takes no more, so the database can disconnect', async () => {
+    let release
+    let calls = 0
+    const history = new LagHistory(() => {
+      calls++
+      return new Promise(resolve => (release = () => resolve([{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: 1 }])))
+    }, 1000)
+    const running = history.sample()
+    let stopped = false
+    const stopping = history.stop().then(() => (stopped = true))
+    await Promise.resolve()
+    expect(stopped).toBe(false)
+    release()
+    await Promise.all([running, stopping])
+    expect(stopped).toBe(true)
+    await history.sample()
+    history.start()
+    expect(calls).toBe(1)
+    expect((await history.history()).map(s => s.relayLag)).toEqual([1])
+    expect(calls).toBe(1)
+  })
+
+  test('a sample the database refuses costs that point only', async () => {
+    let failing = true
+    const history = new LagHistory(async () => {
+      if (failing) throw new Error('connection refused')
+      return [{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: 3 }]
+    }, 1000)
+    expect(await history.history()).toEqual([])
+    failing = false
+    expect((await history.history()).map(s => s.relayLag)).toEqual([3])
+  })
+})
