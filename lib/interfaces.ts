@@ -71,7 +71,15 @@ export interface RunnerSettings {
    * around each; 1 = a transaction per message. A claim is spread over the free slots first.
    */
   batchSize: number
+  /** Which store runs the queue's statements (see lib/store/choose.ts). */
+  store: StoreChoice
 }
+
+/**
+ * `native`: the raw-SQL store of SQLite and PostgreSQL (savepoint batches, LISTEN/NOTIFY); `portable`: CQL only, for
+ * every database CAP runs on; `auto`: native where the database has it, else portable.
+ */
+export type StoreChoice = 'auto' | 'native' | 'portable'
 
 /** A row of `cds.outbox.Messages`, as the store reads it. Timestamps are epoch milliseconds. */
 export interface MessageRow {

@@ -1,4 +1,4 @@
-const { startApp } = require('./support/app')
+const { startApp, onPortableStore } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES, capRow } = require('./support/outbox')
 const cds = require('@sap/cds')
@@ -14,6 +14,9 @@ startApp({
 })
 
 const HELD = 300
+// The portable store keeps held-back messages in the claim's range and checks each candidate's key instead (README,
+// Databases): what is tested here of the range is the native store's.
+const nativeStoreTest = onPortableStore() ? test.skip : test
 
 describe('messages held back behind their ordering key', () => {
   let patient
@@ -27,7 +30,7 @@ describe('messages held back behind their ordering key', () => {
   /** The rows of `key` a claim looking for due rows now reads (the claim checks their key after reading them). */
   const inClaimRange = key => SELECT.one.from(MESSAGES).columns('count(1) as n').where({ orderingKey: key, dueAt: { '<=': new Date().toISOString() } })
 
-  test('are not among the rows a claim reads, whatever their number; the key still runs in order once its head succeeds', async () => {
+  nativeStoreTest('are not among the rows a claim reads, whatever their number; the key still runs in order once its head succeeds', async () => {
     let healthy = false
     const seen = []
     cds.unqueued(patient).on('drain', req => {
@@ -47,7 +50,7 @@ describe('messages held back behind their ordering key', () => {
     expect(seen).toEqual(Array.from({ length: HELD + 1 }, (_, seq) => seq))
   }, 90000)
 
-  test('rows others wrote for a key (CAP, scripts, older versions) are held back too once the runner has seen them', async () => {
+  nativeStoreTest('rows others wrote for a key (CAP, scripts, older versions) are held back too once the runner has seen them', async () => {
     cds.unqueued(patient).on('foreign', () => { throw new Error('remote system down') })
     await cds.tx(() => patient.emit('foreign', { key: 'foreign', seq: 0 }))
     await waitFor(() => SELECT.one.from(MESSAGES).where({ orderingKey: 'foreign', attempts: 1 }), { what: 'the failed head' })

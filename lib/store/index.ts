@@ -6,11 +6,12 @@ import { groupBy } from '../group-by'
 import type { Claim, MessageRow, NewMessage } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
-import { iso, messageRow, millis, newRow, type RawRow } from './rows'
+import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
 import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
+import type { BatchingStore, Savepointed } from './queue-store'
 
 export type { DatabaseTransaction } from '../cap/transactions'
 
@@ -28,17 +29,10 @@ export function inOwnTransaction<T>(fn: () => Promise<T>): Promise<T> {
   return cds.tx(fn) as unknown as Promise<T>
 }
 
-/** One message's part of a transaction several messages share (see `Store.savepointed`). */
-export interface Savepointed {
-  /** The shared transaction as this message's handlers see it. */
-  tx: DatabaseTransaction
-  /** Undoes this message's statements, if it ran any. */
-  rollback(): Promise<void>
-  /** Keeps them, as part of the shared transaction. */
-  release(): Promise<void>
-}
+export type { BatchingStore, QueueStore, Savepointed } from './queue-store'
 
-export class Store {
+/** The native store: raw SQL on the driver connection of SQLite and PostgreSQL (see queue-store.ts). */
+export class Store implements BatchingStore {
   private readonly dialect: Dialect
   /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
   private readonly own: Fragment
@@ -221,7 +215,7 @@ export class Store {
    * left its key, in the same transaction. A key whose first message is still in the table is left as it is.
    */
   async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
-    const distinct = [...new Set(keys.filter((k): k is string => typeof k === 'string'))]
+    const distinct = distinctKeys(keys)
     if (distinct.length) await this.changes(statements.promoteNext(distinct, this.ownF))
   }
 

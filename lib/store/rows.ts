@@ -36,3 +36,8 @@ export function newRow(message: NewMessage, appid: string | null, claim?: Claim,
   if (!claim) return row
   return { ...row, status: 'processing', claimedBy: claim.claimedBy, claimedAt: iso(claim.claimedAt), lastAttemptTimestamp: iso(claim.claimedAt), dueAt: iso(leaseUntil ?? claim.claimedAt) }
 }
+
+/** The ordering keys among `keys`, each once (rows without one have none to promote). */
+export function distinctKeys(keys: (string | null | undefined)[]): string[] {
+  return [...new Set(keys.filter((k): k is string => typeof k === 'string'))]
+}

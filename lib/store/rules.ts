@@ -49,6 +49,12 @@ export function oldRowsSql(appid: string | undefined, alias = ''): Fragment | un
   return { sql: `${alias}appid IS NULL AND ${alias}target LIKE ? ESCAPE '\\'`, params: [prefix + '%'] }
 }
 
+/** `oldRowsSql` as a CQN condition, for the portable store: CAP's `startswith` instead of LIKE, which needs no escaping. */
+export function oldRowsCqn(appid: string | undefined): Cqn | undefined {
+  if (!appid) return undefined
+  return { xpr: [ref('appid'), 'is', 'null', 'and', { func: 'startswith', args: [ref('target'), val(appid)] }] }
+}
+
 /** The service an old row is for when its `msg` does not say: its target without the app's prefix (CAP 10's rule). */
 export function serviceOfOldRow(target: string, appid: string | undefined): string {
   return appid && target.startsWith(appid) ? target.slice(appid.length) : target
@@ -114,9 +120,23 @@ export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
  * (see `promoteNext`). A text literal, so partial indexes and the statements that use them agree on every database.
  */
 export const PARKED = "'9999-12-31T00:00:00.000Z'"
+/** `PARKED` as a value, for CQL. */
+export const PARKED_AT = PARKED.slice(1, -1)
 
 /** What handing a claimed row back writes: nobody holds it. */
 export const UNCLAIMED = { sql: 'status = NULL, claimedBy = NULL, claimedAt = NULL', cqn: { status: null, claimedBy: null, claimedAt: null } } as const
+
+/**
+ * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them, as CQN (statements.heldBy is the same
+ * guard in SQL): every outcome is written only under it. The rows of one claim share owner and time.
+ */
+export function heldByCqn(claims: Claim[]): Cqn {
+  const { claimedBy, claimedAt } = claims[0]
+  return {
+    xpr: [ref('claimedBy'), '=', val(claimedBy), 'and', ref('claimedAt'), '=', val(new Date(claimedAt).toISOString()),
+      'and', ref('ID'), 'in', { list: claims.map(c => val(c.ID)) }]
+  }
+}
 
 /** The claim of `row` as `claimedBy` holds it. */
 export function claimOf(row: MessageRow, claimedBy: string): Claim {
