@@ -81,7 +81,10 @@ async function enqueue(plugin: EventQueues, original: Service, queue: QueueSetti
   }
   if (!context[$wakes]) {
     context[$wakes] = true
-    context.on('succeeded', () => runner.wake())
+    const { tenant } = context
+    // Other processes learn of a tenant's messages from its marker, so one is there before they commit (see register.ts).
+    if (tenant !== undefined && runner.tenants.multitenant) context.before('commit', () => runner.tenants.mark(tenant))
+    context.on('succeeded', () => runner.wake(tenant))
   }
   return undefined
 }
