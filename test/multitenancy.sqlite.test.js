@@ -53,15 +53,16 @@ describe('multitenancy: a database per tenant', () => {
       for (let seq = 0; seq < 5000; seq++) await work.emit('record', { seq })
     })
     const drained = () => inTenant('t2', () => SELECT.one.from(MESSAGES).columns('count(1) as n')).then(r => r.n === 0)
-    for (let i = 0; i < 10; i++) {
+    // measured only while t2 still drains: a figure taken after it says nothing
+    while (latencies.length < 10 && !(await drained())) {
+      const i = latencies.length
       await inTenant('t3', () => work.emit('ping', { sent: Date.now() }))
       await waitFor(() => latencies.length > i, { what: `ping ${i} of t3` })
     }
-    // measured while t2 still drained (else the figure says nothing)
-    expect(await drained()).toBe(false)
+    expect(latencies.length).toBeGreaterThanOrEqual(3)
     const sorted = [...latencies].sort((a, b) => a - b)
     const p50 = sorted[Math.floor(sorted.length / 2)]
-    console.log(`[figure] multitenancy: commit -> handler in a quiet tenant while another drains 5,000: p50 ${p50} ms, max ${sorted[sorted.length - 1]} ms`)
+    console.log(`[figure] multitenancy: commit -> handler in a quiet tenant while another drains 5,000: p50 ${p50} ms, max ${sorted[sorted.length - 1]} ms, ${sorted.length} messages`)
     expect(p50).toBeLessThan(1000)
     await waitFor(drained, { timeout: 120000, what: "t2's backlog drained" })
     expect((await done('t2')).length - before).toBe(5000)
@@ -100,6 +101,18 @@ describe('multitenancy: a database per tenant', () => {
     // every tenant gets looked into by a flush: t4 is not among them (a look would create an empty file again)
     await require('../lib/plugin').eventQueues().runner.flush()
     expect(fs.existsSync(file)).toBe(false)
+  })
+
+  test("a recurring task scheduled in a tenant recurs in that tenant only, and is unscheduled there", async () => {
+    const work = await cds.connect.to('Work')
+    const ticks = []
+    cds.unqueued(work).on('tick', () => void ticks.push(cds.context.tenant))
+    await inTenant('t1', () => work.schedule('tick').every('200ms'))
+    await waitFor(() => ticks.length >= 3, { what: "three ticks of t1's task" })
+    expect(new Set(ticks)).toEqual(new Set(['t1']))
+    expect(await inTenant('t2', () => SELECT.from(MESSAGES).where({ task: 'tick' }))).toEqual([])
+    expect(await inTenant('t1', () => work.unschedule('tick'))).toBe(1)
+    expect(await inTenant('t1', () => SELECT.from(MESSAGES).where({ task: 'tick' }))).toEqual([])
   })
 
   // lib/cap/mtxs.ts: what the runner relies on of @sap/cds-mtxs (the contract of that adapter)
