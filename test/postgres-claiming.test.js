@@ -109,7 +109,9 @@ describe('postgres: claiming', () => {
       const text = typeof config?.text === 'string' ? config.text : ''
       // the same statements of either store: the native one's SQL, or CAP's from the portable one's CQL
       const flat = text.replace(/"?\$m"?\./g, '').replace(/[()]/g, '').toLowerCase()
-      const claiming = flat.includes("set status = 'processing'") || (flat.includes('skip locked') && flat.includes('order by'))
+      // (not the reconciliation's look for keyed rows to hold back, which orders and skips locked rows too)
+      const parking = flat.includes("set dueat = '9999")
+      const claiming = flat.includes("set status = 'processing'") || (flat.includes('skip locked') && flat.includes('order by') && !parking)
       if (claiming) claim ??= { sql: text, params: config.values }
       // the reconciliation's look for dead letters whose attempts are below their limit again
       if (flat.includes('dueat is null and status is null')) resurrect ??= { sql: text, params: config.values }
@@ -149,7 +151,8 @@ describe('postgres: claiming', () => {
     expect(observe).not.toMatch(/Seq Scan on cds_outbox_messages/)
   })
 
-  test('with 100k messages held back behind their key, neither claims nor the reconciliation read them one by one', async () => {
+  // the native store's parking (the portable store keeps held-back rows in the claim's range, README, Databases)
+  ;(onPortableStore() ? test.skip : test)('with 100k messages held back behind their key, neither claims nor the reconciliation read them one by one', async () => {
     await query('DELETE FROM cds_outbox_messages')
     // A key whose head waits for its retry, with 100k messages held back behind it; 10 unordered messages due.
     await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat, orderingkey)
