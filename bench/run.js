@@ -4,7 +4,8 @@
  * for the same work. Prints one table of medians (with the spread over repetitions) and ratios against baselines
  * measured in the same run, and writes it to bench/RESULTS.md. It measures; it does not pass or fail.
  *
- * About 25 minutes on 2 cores; BENCH_QUICK=1 about 5 (one repetition, smaller backlogs). Sizes via environment:
+ * About 13 minutes on 2 cores with the defaults (2 repetitions); BENCH_QUICK=1 about 4 (one repetition, smaller
+ * backlogs); BENCH_REPS=3 BENCH_MESSAGES=10000 BENCH_SCALE_REPS=3 for tighter figures. Sizes via environment:
  * BENCH_REPS, BENCH_MESSAGES, BENCH_SMALL, BENCH_REMOTE_MESSAGES, BENCH_CONCURRENCY ("10,50,200"), BENCH_REMOTE_DELAY
  * (ms, 20), BENCH_LATENCY_SAMPLES, BENCH_PAIRS_1, BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"),
  * BENCH_SCALE_REPS, BENCH_DBS ("sqlite,postgres"), BENCH_FSYNC_OFF ("0": no fsync=off column), BENCH_PG_SETTINGS
@@ -24,6 +25,7 @@ const { percentile } = require('./support/stats')
 const { wallClock } = require('./support/messages')
 const { startRemote, remoteService } = require('./support/remote')
 const { claimPlan } = require('./support/claim-plan')
+const { dispatchCost } = require('./dispatch-cost')
 const report = require('./support/report')
 
 const quick = process.env.BENCH_QUICK === '1'
@@ -31,18 +33,18 @@ const numbers = (value, fallback) => (value ?? fallback).split(',').map(Number)
 const size = (name, full, small) => Number(process.env[name] ?? (quick ? small : full))
 const config = {
   quick,
-  reps: size('BENCH_REPS', 3, 1),
-  messages: size('BENCH_MESSAGES', 5000, 2000),
+  reps: size('BENCH_REPS', 2, 1),
+  messages: size('BENCH_MESSAGES', 3000, 1000),
   /** Backlog of the slower or secondary measurements: writing handler, mixed queues, CAP left to itself, floors. */
-  smallBacklog: size('BENCH_SMALL', 2000, 1000),
-  remoteMessages: size('BENCH_REMOTE_MESSAGES', 2000, 1000),
+  smallBacklog: size('BENCH_SMALL', 1000, 500),
+  remoteMessages: size('BENCH_REMOTE_MESSAGES', 1000, 500),
   concurrency: numbers(process.env.BENCH_CONCURRENCY, '10,50,200'),
   remoteDelay: size('BENCH_REMOTE_DELAY', 20, 20),
-  latencySamples: size('BENCH_LATENCY_SAMPLES', 200, 50),
-  pairs1: size('BENCH_PAIRS_1', 40, 10),
-  pairs100: size('BENCH_PAIRS_100', 8, 3),
+  latencySamples: size('BENCH_LATENCY_SAMPLES', 100, 30),
+  pairs1: size('BENCH_PAIRS_1', 20, 10),
+  pairs100: size('BENCH_PAIRS_100', 5, 3),
   scale: numbers(process.env.BENCH_SCALE, '1,2,4'),
-  scaleReps: size('BENCH_SCALE_REPS', 3, 1),
+  scaleReps: size('BENCH_SCALE_REPS', 1, 1),
   dbs: (process.env.BENCH_DBS ?? 'sqlite,postgres').split(','),
   fsyncOff: process.env.BENCH_FSYNC_OFF !== '0',
   /** The plugin's default, used by the floors' per-batch figures. */
@@ -231,6 +233,8 @@ async function main() {
     if (onPostgres && config.fsyncOff) servers.fsyncOff = await startServer(FSYNC_OFF)
     for (let rep = 1; rep <= config.reps; rep++) await repetition(rep, servers, remote, results)
     if (servers.durable) results.claimPlan = await planOfClaim(servers.durable)
+    log('what CAP\'s dispatch of one message costs, step by step (bench/dispatch-cost.js)')
+    results.dispatchCost = await dispatchCost()
     const serverVersion = servers.durable && (await withClient(c => c.query('SHOW server_version'), 'postgres', servers.durable)).rows[0].server_version
     const text = report.render({ config, results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg(), serverVersion, baseline: process.env.BENCH_BASELINE })
     console.log(text)

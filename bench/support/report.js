@@ -181,6 +181,13 @@ function portableRows(config, results) {
   return out
 }
 
+/** bench/dispatch-cost.js: CPU per call of each piece CAP puts around a handler (see bench/PROFILE.md). */
+function dispatchCostRows(results) {
+  if (!results.dispatchCost) return []
+  return ['', '## What one dispatch costs, piece by piece (SQLite, CPU µs per call, bench/dispatch-cost.js)', '',
+    '| Step | CPU µs |', '|---|---:|', ...results.dispatchCost.map(({ name, micros }) => `| ${name} | ${fixed(micros, 2)} |`)]
+}
+
 /** This version against BENCH_BASELINE's, measured in the same repetitions. */
 function baselineRows(baseline, config, results) {
   if (!baseline) return []
@@ -247,6 +254,7 @@ function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter,
     ] : []),
     ...portableRows(config, results),
     ...baselineRows(baseline, config, results),
+    ...dispatchCostRows(results),
     ...(results.claimPlan ? ['', `## The claim's plan (PostgreSQL, ${n(config.messages)} due messages, 500 claimed, after ANALYZE)`, '', '```', ...results.claimPlan, '```'] : []),
     '',
     '## How to read it',
