@@ -87,8 +87,18 @@ async function remoteDrain(kind, impl, server, remote, concurrency) {
   remote.inFlight.max = 0
   const queue = impl === 'cap' ? { chunkSize: concurrency } : impl === 'floor' ? {} : { concurrency }
   const extra = { BENCH_CONCURRENCY: String(concurrency), BENCH_REMOTE_URL: remote.url }
-  const result = await inProcess(kind, impl, server, 'remote', extra, { queue, requires: { Remote: remoteService(remote.url) } })
-  return { ...result, maxInFlight: remote.inFlight.max }
+  try {
+    const result = await inProcess(kind, impl, server, 'remote', extra, { queue, requires: { Remote: remoteService(remote.url) } })
+    return { ...result, maxInFlight: remote.inFlight.max }
+  } catch (e) {
+    // A contender that cannot run at this concurrency (CAP's runner holds a pool connection per running message) is
+    // a result, not the end of the run: the report names what stopped it.
+    const lines = String(e.message).split('\n')
+    const cause = lines.filter(l => /^\w*Error\b/.test(l.trim())).at(-1)?.trim() ?? lines[0]
+    const counted = lines.filter(l => l.includes('ResourceRequest timed out')).length
+    log(`${impl} on ${kind} at concurrency ${concurrency} failed: ${cause}`)
+    return { crashed: cause, poolTimeouts: counted, maxInFlight: remote.inFlight.max }
+  }
 }
 
 /** Commit in one process, handler start in another (the plugin's NOTIFY wake-up), one message at a time. */

@@ -101,7 +101,12 @@ function remoteRows(kind, results, config) {
     const pick = r => r.remote.perSecond
     const limit = (concurrency * 1000) / config.remoteDelay
     const inFlight = impl => spread(pickAll(runs[impl], r => r.maxInFlight), v => String(v))
-    out.push(`| ${kind} | ${concurrency} | ${rate(limit)} | ${spread(pickAll(runs.plugin, pick), rate)} | ${spread(pickAll(runs.cap, pick), rate)} | ` +
+    const figure = impl => {
+      const crashed = (runs[impl] ?? []).filter(r => r.crashed)
+      const crashes = crashed.length ? ` (${crashed.length}/${runs[impl].length} runs crashed (b): ${crashed[0].crashed}, after ${crashed[0].poolTimeouts} pool timeouts)` : ''
+      return spread(pickAll(runs[impl], pick), rate) + crashes
+    }
+    out.push(`| ${kind} | ${concurrency} | ${rate(limit)} | ${figure('plugin')} | ${figure('cap')} | ` +
       `**${spread(ratios(runs.plugin, runs.cap, pick), times)}** | ${spread(pickAll(runs.floor, r => r.remote.perMessage), rate)} | ` +
       `${spread(pickAll(runs.floor, r => r.remote.perBatch), rate)} | ${inFlight('plugin')} / ${inFlight('cap')} |`)
   }
@@ -170,6 +175,12 @@ function portableRows(config, results) {
     figure('Enqueue tx, N=100, runner idle (ms)', r => r.enqueueIdle100.emit, ms)
     figure('Commit → handler start, same process, p50 (ms)', r => r.latency.p50, ms)
     figure('Commit → handler start, same process, p99 (ms)', r => r.latency.p99, ms)
+    for (const concurrency of config.concurrency) {
+      const remote = results.remote[kind]?.[concurrency] ?? {}
+      const a = med(remote.plugin, r => r.remote.perSecond)
+      const b = med(remote.portable, r => r.remote.perSecond)
+      out.push(`| ${kind} | Drain ${config.remoteMessages.toLocaleString('en-US')}, remote call of ${config.remoteDelay} ms, concurrency ${concurrency} (msg/s) | ${rate(a)} | ${rate(b)} | ${times(b / a)} |`)
+    }
   }
   for (const count of config.dbs.includes('postgres') ? config.scale : []) {
     const a = med(results.scale.plugin?.[count], r => r.perSecond)
@@ -280,6 +291,8 @@ function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter,
     '  registered `cds.db.before(\'CREATE\', \'cds.outbox.Messages\')`, so the plugin writes new rows through CQL.',
     '- Commit → handler start: from the enqueuing transaction\'s \'succeeded\' event to the handler\'s first line; one',
     '  message at a time. Across processes: enqueued by one process (its own runner stopped), dispatched by another.',
+    '- (b) The contender\'s process exited before the backlog was drained; the error is its last line. "Pool timeouts":',
+    '  `ResourceRequest timed out` lines, an enqueue or dispatch that waited longer than the pool\'s acquire timeout.',
     '- (a) CAP\'s built-in queue has no wake-up across processes: another process picks a message up only on its own',
     '  next pass (its own commits, a retry timer, or the `scheduling` flushInterval of 1 h), so this is not measured.',
     '- Scale-out: N processes drain one PostgreSQL database, timed from the go signal until the table is empty. Claims:',
