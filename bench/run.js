@@ -4,7 +4,7 @@
  * for the same work. Prints one table of medians (with the spread over repetitions) and ratios against baselines
  * measured in the same run, and writes it to bench/RESULTS.md. It measures; it does not pass or fail.
  *
- * About 13 minutes on 2 cores with the defaults (2 repetitions); BENCH_QUICK=1 about 4 (one repetition, smaller
+ * About 15 minutes on 2 cores with the defaults (2 repetitions; 14.4 min measured); BENCH_QUICK=1 about 4 (one repetition, smaller
  * backlogs); BENCH_REPS=3 BENCH_MESSAGES=10000 BENCH_SCALE_REPS=3 for tighter figures. Sizes via environment:
  * BENCH_REPS, BENCH_MESSAGES, BENCH_SMALL, BENCH_REMOTE_MESSAGES, BENCH_CONCURRENCY ("10,50,200"), BENCH_REMOTE_DELAY
  * (ms, 20), BENCH_LATENCY_SAMPLES, BENCH_PAIRS_1, BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"),

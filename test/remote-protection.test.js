@@ -155,3 +155,20 @@ describe('protecting remote systems', () => {
     })
   })
 })
+
+describe('circuit breaker states', () => {
+  const { CircuitBreaker } = require('../lib/runner/breaker')
+  const failure = { kind: 'retry', error: new Error('down'), attempts: 1, delay: 0 }
+
+  test('a probe that was handed back instead of run lets the next message probe', () => {
+    const breaker = new CircuitBreaker('q', { failures: 1, probeInterval: 1000 })
+    breaker.settled(failure, 0)
+    expect(breaker.allowance(500)).toBe(0)
+    expect(breaker.allowance(1000)).toBe(1)
+    breaker.started()
+    expect(breaker.allowance(1000)).toBe(0)
+    breaker.settled({ kind: 'deferred', dueAt: new Date(1000) }, 1000)
+    expect(breaker.state).toBe('probing')
+    expect(breaker.allowance(1000)).toBe(1)
+  })
+})
