@@ -40,11 +40,13 @@ export default class EventQueuesService extends cds.ApplicationService {
     // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
     const sample = () => cds.tx(() => queries.statistics()) as unknown as Promise<QueueStatistics[]>
     const history = new LagHistory(sample, settings.lagSampleInterval)
-    cds.once('served', () => history.start())
+    // A multitenant app's provider database has no queue table, and a history across tenants would show one
+    // tenant's operator the others' figures: there the page shows no history (README, Multitenancy).
+    if (!runner.tenants.multitenant) cds.once('served', () => history.start())
     if (cds.db) beforeDisconnect(cds.db, () => history.stop())
 
     /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
-    const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake())
+    const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake(req.tenant))
 
     /** Finds the dead letter a bound action targets, or rejects: 404 if there is no such message, 409 if it is not dead. */
     const deadLetter = async (req: Request): Promise<string | undefined> => {

@@ -4,7 +4,8 @@ import type { MessageRow } from '../interfaces'
 
 /**
  * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
- * the stored event context (the stored user as a privileged user, tenant, locale, correlation id, features).
+ * the stored event context (the stored user as a privileged user, tenant, locale, correlation id, features); the
+ * tenant is the one whose database holds the message.
  */
 
 /**
@@ -28,7 +29,10 @@ export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime):
 }
 
 export function contextFor(message: DecodedMessage): Record<string, unknown> {
-  const { id, tenant, locale, features } = message.context
+  const { id, locale, features } = message.context
+  // The runner claims in a tenant's database (lib/tenants): that tenant is the message's, whatever a row others
+  // wrote says; a single tenant app runs with none current, so there the stored one counts.
+  const tenant = cds.context?.tenant ?? message.context.tenant
   const Privileged = cds.User.Privileged as unknown as new (id: string) => cds.User
   const context: Record<string, unknown> = { user: new Privileged(message.userId ?? 'anonymous') }
   if (id) context.id = id

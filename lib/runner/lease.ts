@@ -33,6 +33,8 @@ export class Lease {
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
   /** The message's attempt has begun; a batch's later messages are held until their turn (see slot.ts). */
   started = false
+  /** The tenant whose database holds the message (slots run in their tenant's context). */
+  readonly tenant: string | undefined = cds.context?.tenant
 
   constructor(
     readonly claim: Claim,

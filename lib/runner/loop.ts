@@ -6,10 +6,8 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
+import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { LOG } from '../log'
-
-/** Upper bound for the pause after a failed claim (database outage): short enough to recover quickly. */
-const MAX_CLAIM_BACKOFF = 30_000
 
 /** What the loop needs of the runner it drives. */
 export interface LoopHost {
@@ -19,6 +17,7 @@ export interface LoopHost {
   readonly slots: Slots
   readonly gates: Gates
   readonly queues: QueueRegistry
+  readonly tenants: Tenants
   /** The lease every claim takes (the default queue's `timeout`). */
   readonly claimLease: number
   /** Started and not stopping: timers may be planned. */
@@ -43,18 +42,23 @@ interface Limits {
 
 /**
  * When the runner claims: right after a wake-up (a commit that enqueued, a finished slot, a notification from
- * another process), by a timer for the next due row, and by polling. A pass claims while slots are free; calls
- * while a pass runs fold into one more pass. Nothing here ends in an unhandled rejection: a failing pass is logged
- * and the next one planned.
+ * another process), by a timer for the next due row, and by polling. A pass claims while slots are free, in the
+ * tenants that want a look (tenants.ts; the one database of a single tenant app), a share of the free slots each in
+ * turn; calls while a pass runs fold into one more pass. Nothing here ends in an unhandled rejection: a failing pass
+ * is logged and the next one planned.
  */
 export class Loop {
   private pumping = false
   private again = false
   private timer: NodeJS.Timeout | undefined
-  private claimFailures = 0
   private lastClaimAt = 0
-  private reconciledAt = 0
+  /** When each tenant was last reconciled (see `reconcile`). */
+  private readonly reconciledAt = new Map<Tenant, number>()
+  /** The tenants looked into since the last idle time, with when (for `idle`). */
+  private readonly looked = new Map<Tenant, number>()
   private idleWaiters: (() => void)[] = []
+  /** Tenants whose indexes were checked in this process (a tenant's database gets them at its first look). */
+  private readonly indexed = new Set<Tenant>()
 
   constructor(
     private readonly host: LoopHost,
@@ -83,7 +87,8 @@ export class Loop {
     try {
       const idle = new Promise<void>(resolve => this.idleWaiters.push(resolve))
       // what others changed counts as processable too: reconcile in this pass, whenever the last one was
-      this.reconciledAt = 0
+      this.reconciledAt.clear()
+      await this.host.tenants.wantAll()
       this.wake()
       await idle
     } finally {
@@ -99,11 +104,17 @@ export class Loop {
 
   private async pump(): Promise<void> {
     let failed: unknown
+    const { tenants } = this.host
     try {
-      await this.reconcile().catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
+      await tenants.refresh(Date.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
       do {
         this.again = false
-        await this.claimWhileFree()
+        const round = tenants.round(Date.now())
+        for (const tenant of round) {
+          if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
+          await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
+        }
+        await this.claimWhileFree(round)
       } while (this.again && !this.host.stopping)
     } catch (e) {
       failed = e
@@ -119,22 +130,35 @@ export class Loop {
     }
   }
 
-  private async claimWhileFree(): Promise<void> {
-    const { slots } = this.host
-    while (!this.host.stopping && slots.free > 0) {
-      const { limit, full } = slots.claimBounds(this.limits.chunkSize)
-      const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
-      let rows: MessageRow[]
-      try {
-        rows = await this.claim(limit, skip)
-      } catch (e) {
-        return this.claimFailed(e)
+  /**
+   * Claims in the tenants of `round` while slots are free: each in turn, with its share of the free slots, until
+   * each has nothing more due. A tenant whose claim fails is skipped until its backoff ends; the others go on.
+   */
+  private async claimWhileFree(round: Tenant[]): Promise<void> {
+    const { slots, tenants } = this.host
+    let active = round
+    while (!this.host.stopping && slots.free > 0 && active.length) {
+      const more: Tenant[] = []
+      for (const [i, tenant] of active.entries()) {
+        if (this.host.stopping || slots.free === 0) break
+        this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
+        const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
+        const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
+        const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
+        let rows: MessageRow[]
+        try {
+          rows = await tenants.run(tenant, () => this.claim(limit, skip))
+        } catch (e) {
+          tenants.claimFailed(tenant, e) // the pass after its backoff is planned when this one ends (see idle)
+          continue
+        }
+        tenants.claimed(tenant, rows.length)
+        if (rows.length === 0) continue
+        this.host.monitor.emit('claimed', { count: rows.length })
+        await tenants.run(tenant, () => this.distribute(rows))
+        more.push(tenant)
       }
-      if (this.claimFailures) LOG.info(`database reachable again after ${this.claimFailures} failed claims`)
-      this.claimFailures = 0
-      if (rows.length === 0) return
-      this.host.monitor.emit('claimed', { count: rows.length })
-      await this.distribute(rows)
+      active = more
     }
   }
 
@@ -181,12 +205,13 @@ export class Loop {
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
   }
 
-  private claimFailed(error: unknown): void {
-    this.claimFailures++
-    const delay = Math.min(MAX_CLAIM_BACKOFF, 100 * 2 ** this.claimFailures)
-    const log = this.claimFailures === 1 ? LOG.error : LOG.warn
-    log(`claiming messages failed (${this.claimFailures}x), retrying in ${delay} ms:`, error)
-    this.plan(delay)
+  private async ensureIndexes(tenant: Tenant): Promise<void> {
+    this.indexed.add(tenant)
+    try {
+      await this.host.tenants.run(tenant, () => this.host.store.ensureIndexes())
+    } catch (e) {
+      LOG.warn(`could not check the indexes of the queue table in ${describe(tenant)}; claims work without them, but slower:`, e)
+    }
   }
 
   /**
@@ -194,10 +219,10 @@ export class Loop {
    * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
    * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
    */
-  private async reconcile(): Promise<void> {
+  private async reconcile(tenant: Tenant): Promise<void> {
     const now = Date.now()
-    if (!this.host.started || now - this.reconciledAt < this.limits.pollInterval) return
-    this.reconciledAt = now
+    if (!this.host.started || now - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
       const changed = await store.reconcile(queues.attemptLimits(), now, claimLease)
@@ -213,23 +238,33 @@ export class Loop {
     if (changed + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed} rows written by others, handed back ${orphans.length}`)
   }
 
-  /** Nothing to claim and nothing running: tell flush() and plan the next pass. */
+  /**
+   * Nothing to claim and nothing running: tell flush() and plan the next pass, at the next due time of the tenants
+   * looked into (the others have no marker or their next due time is known).
+   */
   private async idle(): Promise<void> {
-    if (this.claimFailures) return
-    for (const resolve of this.idleWaiters.splice(0)) resolve()
-    if (!this.host.started) return void this.host.monitor.emit('idle', { next: undefined })
-    let next: number | undefined
-    try {
-      // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
-      const shut = this.host.gates.shut(this.host.queues.all())
-      next = await inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut))
-    } catch (e) {
-      LOG.warn('could not read the next due time; polling instead:', e)
+    const { tenants } = this.host
+    // While claims fail (the database is down), nothing is known to be processed: flush() waits, the backoff plans.
+    const failing = tenants.failing
+    if (!failing) for (const resolve of this.idleWaiters.splice(0)) resolve()
+    if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
+    const looked = [...this.looked]
+    this.looked.clear()
+    // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
+    const shut = this.host.gates.shut(this.host.queues.all())
+    for (const [tenant, since] of looked) {
+      try {
+        const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
+        await tenants.settled(tenant, next, since)
+      } catch (e) {
+        LOG.warn('could not read the next due time; polling instead:', e)
+      }
     }
     const poll = this.limits.pollInterval
+    const next = tenants.earliest()
     const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - Date.now()))
     this.plan(delay)
-    this.host.monitor.emit('idle', { next: delay })
+    if (!failing) this.host.monitor.emit('idle', { next: delay })
   }
 
   /** Timers are capped at the poll interval: no 32-bit overflow for far-future messages, and they never hold the process. */

@@ -41,8 +41,11 @@ export interface ReservationHost {
 /** The enqueuing transaction's event context: its outcome decides whether the reserved slot runs or is freed. */
 export interface TransactionContext {
   on(event: 'succeeded' | 'failed', listener: () => unknown): void
-  /** Runs `listener` before the listeners already registered (CAP's commit among them). */
-  before(event: 'succeeded', listener: () => unknown): void
+  /**
+   * Runs `listener` before the listeners already registered (CAP's commit among them); 'commit': in the
+   * transaction's commit, before the database commits (a listener that fails makes it roll back).
+   */
+  before(event: 'succeeded' | 'commit', listener: () => unknown): void
   [$reserved]?: Reserved[]
 }
 

@@ -15,6 +15,10 @@ import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
 import { Slots } from './slots'
+import { metaTenant } from '../cap/mtxs'
+import { groupBy } from '../group-by'
+import { TenantRegister } from '../tenants/register'
+import { Tenants, type Tenant } from '../tenants/tenants'
 import { LOG } from '../log'
 
 /**
@@ -34,6 +38,8 @@ export class Runner {
   /** Rate limits and circuit breakers of the queues, in this process. */
   readonly gates = new Gates(() => this.wake())
   readonly queues: QueueRegistry
+  /** The tenants whose messages this process runs (one database where the app is not multitenant). */
+  readonly tenants: Tenants
   private loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
   private storeInstance: QueueStore | undefined
@@ -46,6 +52,8 @@ export class Runner {
   constructor(private readonly settings: Settings) {
     const { concurrency, batchSize } = settings.runner
     this.queues = settings.queues
+    const t0 = metaTenant()
+    this.tenants = new Tenants(t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval), settings.runner.pollInterval)
     this.slots = new Slots(concurrency, batchSize)
     this.loop = new Loop(this, settings.runner)
   }
@@ -95,7 +103,8 @@ export class Runner {
     this.stopping = false
     this.stopped = undefined
     try {
-      await this.store.ensureIndexes()
+      // a multitenant app's provider database has no queue table: each tenant's indexes are checked at its first look
+      if (!this.tenants.multitenant) await this.store.ensureIndexes()
     } catch (e) {
       // A database unreachable at start must not leave the runner dead: claims back off until it is back.
       LOG.warn('could not check the indexes of the queue table; claims work without them, but slower:', e)
@@ -108,6 +117,12 @@ export class Runner {
       this.notifier.start()
     }
     LOG._debug && LOG.debug(`runner ${this.owner} started`)
+    // What earlier processes left, in every tenant: once at start; later, markers say which tenants have messages.
+    try {
+      await this.tenants.wantAll()
+    } catch (e) {
+      LOG.warn('could not read the subscribed tenants; only tenants with markers or new messages are looked into:', e)
+    }
     this.wake()
   }
 
@@ -155,10 +170,15 @@ export class Runner {
     LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing back their messages${rest}`)
     for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
     try {
-      const [fromRunning, fromWaiting] = await inOwnTransaction(async () => [
-        await this.store.release(running.map(l => l.claim), new Date()),
-        await this.store.release(waiting.map(l => l.claim), new Date())
-      ])
+      let [fromRunning, fromWaiting] = [0, 0]
+      for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
+        await this.tenants.run(tenant, () =>
+          inOwnTransaction(async () => {
+            fromRunning += await this.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
+            fromWaiting += await this.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
+          })
+        )
+      }
       // An aborted handler's own slot hands its message back too, racing this release: which of the two did it, or
       // whether the row completed or was taken over first, is not known here.
       const gone = running.length - fromRunning + (waiting.length - fromWaiting)
@@ -169,8 +189,13 @@ export class Runner {
     }
   }
 
-  /** Processes due messages soon; cheap to call often (calls while a pass runs fold into one more pass). */
-  wake(): void {
+  /**
+   * Processes due messages soon, in `tenants` besides those that want a look anyway (a commit there enqueued, a slot
+   * of theirs finished; none: a poll, a notification); cheap to call often (calls while a pass runs fold into one
+   * more pass).
+   */
+  wake(...tenants: Tenant[]): void {
+    for (const tenant of tenants) this.tenants.want(tenant)
     this.loop.wake()
   }
 
@@ -182,11 +207,12 @@ export class Runner {
   /** Runs claimed rows of one queue in a slot (`claimedBy` other than the owner: a reserved message, see reservations.ts). */
   run(queue: QueueSettings, rows: MessageRow[], claimedBy = this.owner, reserved = false): void {
     this.slots.take(queue)
+    const tenant = cds.context?.tenant
     const done = runSlot(this, queue, rows, claimedBy, reserved).finally(() => {
       this.inFlight.delete(done)
       // Also after a reserved message: a pass that found it running skipped planning the next due time, and its
       // handler may have queued a callback.
-      if (this.slots.give(queue)) this.wake()
+      if (this.slots.give(queue)) this.wake(tenant)
     })
     this.inFlight.add(done)
   }

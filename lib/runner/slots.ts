@@ -39,9 +39,10 @@ export class Slots {
   /**
    * The size of the next claim and the queues it skips: those using all their slots in this process. A queue with
    * some slots left bounds the claim to what they take, since one claim may take all its rows from that queue.
+   * `slots`: the share of the free slots the claim may fill (a tenant's, see loop.ts).
    */
-  claimBounds(chunkSize: number): { limit: number; full: string[] } {
-    let limit = Math.min(chunkSize, this.free * this.batchSize)
+  claimBounds(chunkSize: number, slots = this.free): { limit: number; full: string[] } {
+    let limit = Math.min(chunkSize, Math.min(slots, this.free) * this.batchSize)
     const full: string[] = []
     for (const { queue, used } of this.perQueue.values()) {
       const free = this.limitOf(queue) - used

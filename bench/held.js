@@ -1,0 +1,122 @@
+/**
+ * `node bench/held.js` (part of `npm run bench`): what messages held back behind their ordering key cost everybody
+ * else. A key's head waits for its retry a day away; BENCH_HELD messages of that key (default "0,10000,100000") were
+ * queued behind it through the API. Measured, per database and held count, in a fresh process each:
+ * - a claim that finds nothing due (what every poll and wake-up of every instance runs), median of 50;
+ * - commit → handler of a fresh message of another key (a claim path: keyed messages are never claimed at enqueue),
+ *   median of 100.
+ * With BENCH_BASELINE (a built copy of another version inside this repository, see bench/run.js) the same runs on it,
+ * alternately. It measures; it does not pass or fail. BENCH_DBS ("sqlite,postgres"), BENCH_REPS (1).
+ */
+const path = require('path')
+
+const config = {
+  held: (process.env.BENCH_HELD ?? '0,10000,100000').split(',').map(Number),
+  reps: Number(process.env.BENCH_REPS ?? 1),
+  dbs: (process.env.BENCH_DBS ?? 'sqlite,postgres').split(','),
+  claims: 50,
+  samples: 100
+}
+const log = (...args) => console.error('[bench:held]', ...args)
+
+/** Child: queues the held-back backlog, then measures claims and commit → handler. */
+async function child() {
+  setInterval(() => {}, 60_000) // keep alive until the figures are sent
+  const { REPO, boot, serve, impl } = require('./support/app')
+  const { MESSAGES, now, wallClock } = require('./support/messages')
+  const { median } = require('./support/stats')
+  const { cds, srv, queued } = await boot()
+  const held = Number(process.env.BENCH_HELD_COUNT)
+  let probed
+  srv.on('noop', req => req.data.probe !== undefined && probed?.(wallClock()))
+  await serve(cds)
+
+  const msg = JSON.stringify({ 'cds.internal.user': 'anonymous', service: 'Bench', context: {}, event: 'noop', data: {}, headers: {} })
+  const past = new Date(Date.now() - 60_000).toISOString()
+  const tomorrow = new Date(Date.now() + 86_400_000).toISOString()
+  await INSERT.into(MESSAGES).entries({ ID: cds.utils.uuid(), timestamp: past, target: 'queue', msg, attempts: 1, dueAt: tomorrow, orderingKey: 'held' })
+  for (let done = 0; done < held; done += 1000) {
+    await cds.tx(async () => {
+      for (let n = done; n < Math.min(held, done + 1000); n++) await queued.emit('noop', { n }, { 'x-ordering-key': 'held' })
+    })
+  }
+
+  const plugin = impl() === 'baseline' ? path.resolve(process.env.BENCH_BASELINE) : REPO
+  const { runner } = require(path.join(plugin, 'lib', 'plugin')).eventQueues()
+  const claims = []
+  for (let i = 0; i < config.claims; i++) {
+    const start = now()
+    await cds.tx(() => runner.store.claim('bench', Date.now(), Date.now() + 60_000, 10))
+    claims.push(now() - start)
+  }
+  const latencies = []
+  for (let i = 0; i < config.samples; i++) {
+    let committedAt
+    const seen = new Promise(resolve => (probed = resolve))
+    await cds.tx(async () => {
+      // registered before the emit, so it runs before the queue's own 'succeeded' listener: the commit instant
+      cds.context.on('succeeded', () => (committedAt = wallClock()))
+      await queued.emit('noop', { probe: i }, { 'x-ordering-key': `probe-${i}` })
+    })
+    latencies.push((await seen) - committedAt)
+  }
+  await new Promise(resolve => process.send({ claim: median(claims), latency: median(latencies) }, resolve))
+}
+
+async function parent() {
+  const fs = require('fs')
+  const os = require('os')
+  const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('./support/postgres')
+  const { environment } = require('./support/app')
+  const { runOnce } = require('./support/processes')
+  const { median } = require('./support/stats')
+
+  const impls = ['plugin', ...(process.env.BENCH_BASELINE ? ['baseline'] : [])]
+  const server = config.dbs.includes('postgres') ? await startServer() : undefined
+  const rows = []
+  try {
+    for (const kind of config.dbs) {
+      for (const held of config.held) {
+        const figures = new Map(impls.map(i => [i, { claim: [], latency: [] }]))
+        for (let rep = 0; rep < config.reps; rep++) {
+          for (const impl of impls) {
+            let db, cleanup
+            if (kind === 'sqlite') {
+              const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-bench-'))
+              db = { kind: 'sqlite', credentials: { url: path.join(dir, 'bench.sqlite') } }
+              cleanup = () => fs.rmSync(dir, { recursive: true, force: true })
+            } else {
+              const database = newDatabaseName()
+              await createDatabase(database, server)
+              db = dbConfig(database, server)
+              cleanup = () => withClient(c => c.query(`DROP DATABASE ${c.escapeIdentifier(database)} WITH (FORCE)`), 'postgres', server)
+            }
+            try {
+              const result = await runOnce('held.js', environment(impl, db, { BENCH_HELD_CHILD: 'yes', BENCH_HELD_COUNT: String(held) }))
+              log(kind, impl, `${held} held, rep ${rep + 1}:`, `claim ${result.claim.toFixed(2)} ms,`, `commit → handler ${result.latency.toFixed(2)} ms`)
+              figures.get(impl).claim.push(result.claim)
+              figures.get(impl).latency.push(result.latency)
+            } finally {
+              await cleanup()
+            }
+          }
+        }
+        for (const [impl, f] of figures) rows.push(`| ${kind} | ${impl} | ${held} | ${median(f.claim).toFixed(2)} | ${median(f.latency).toFixed(2)} |`)
+      }
+    }
+  } finally {
+    if (server) await stopServer(server)
+  }
+  console.log(`Messages held back behind one key's head (median of ${config.reps} process${config.reps > 1 ? 'es' : ''}):\n`)
+  console.log('| database | version | held back | claim finding nothing (ms) | commit → handler, another key (ms) |\n|---|---|---|---|---|')
+  console.log(rows.join('\n'))
+}
+
+const main = process.env.BENCH_HELD_CHILD ? child : parent
+main().then(
+  () => process.env.BENCH_HELD_CHILD && process.exit(0),
+  e => {
+    console.error(e)
+    process.exit(1)
+  }
+)

@@ -1,0 +1,166 @@
+import cds from '@sap/cds'
+import { runInContext } from '../cap/contexts'
+import { onSubscriptions, subscribedTenants } from '../cap/mtxs'
+import { LOG } from '../log'
+import type { TenantRegister } from './register'
+
+/** A tenant's messages live in its own database; `undefined` is the app's one database (single tenant). */
+export type Tenant = string | undefined
+
+/** How often the list of subscribed tenants is read again (subscriptions in an MTX sidecar are not heard of). */
+const SUBSCRIPTIONS_REFRESH = 60_000
+/** Upper bound for the pause after failed claims in one tenant (its database unreachable or gone). */
+const MAX_TENANT_BACKOFF = 30_000
+
+/**
+ * Which tenants a pass of the runner looks into. Single tenant: always the one database. Multitenant: the tenants
+ * that want a look — a transaction there enqueued and committed in this process, a slot of it finished, its next
+ * message is due, its marker says another process committed messages there (see TenantRegister), or everything
+ * at start and on flush — least recently served first, so a tenant with a backlog never keeps another one waiting.
+ */
+export class Tenants {
+  private readonly subscribed = new Set<string>()
+  /** Tenants waiting for a look. */
+  private readonly wanted = new Set<Tenant>()
+  /** When a claim last found messages of each tenant: the order of a round. */
+  private readonly served = new Map<Tenant, number>()
+  private readonly nextDue = new Map<Tenant, number>()
+  private readonly failures = new Map<Tenant, { count: number; retryAt: number }>()
+  private markersReadAt = 0
+  private subscriptionsReadAt = 0
+
+  constructor(
+    /** The register of tenants with messages; undefined: a single tenant app. */
+    private readonly register: TenantRegister | undefined,
+    private readonly pollInterval: number
+  ) {
+    if (register) {
+      onSubscriptions({
+        subscribed: tenant => {
+          this.subscribed.add(tenant)
+          this.want(tenant)
+        },
+        unsubscribed: tenant => this.drop(tenant)
+      })
+    }
+  }
+
+  get multitenant(): boolean {
+    return !!this.register
+  }
+
+  /** Runs `fn` in `tenant`'s database, as the privileged runner, detached from whatever request is current. */
+  run<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T> {
+    if (tenant === undefined) {
+      cds.context = undefined
+      return fn()
+    }
+    // CAP's types know the event contexts of requests only
+    const Context = cds.EventContext as unknown as new (init: object) => object
+    return runInContext(new Context({ tenant, user: new cds.User.Privileged() }), fn)
+  }
+
+  /**
+   * `tenant` gets a look in the next pass (a transaction there committed messages, or a slot of it finished). In a
+   * multitenant app that may be the provider's database (no tenant) too, after a commit there: as with CAP's queue,
+   * its messages run after their commit, not after a crash (MTX deploys no queue table there, so it has no marker).
+   */
+  want(tenant: Tenant): void {
+    if (tenant !== undefined) this.subscribed.add(tenant)
+    this.wanted.add(tenant)
+  }
+
+  /** Every tenant gets a look in the next pass (start, flush). */
+  async wantAll(): Promise<void> {
+    if (!this.multitenant) return this.want(undefined)
+    await this.readSubscriptions()
+    for (const tenant of this.subscribed) this.wanted.add(tenant)
+  }
+
+  /** Marks `tenant` as having messages, for other processes (call before its transaction commits). */
+  async mark(tenant: Tenant): Promise<void> {
+    if (tenant !== undefined) await this.register?.mark(tenant)
+  }
+
+  /**
+   * Before a pass: tenants whose next message is due, and (once per poll interval) those with a marker, want a
+   * look; the subscriptions are read again now and then.
+   */
+  async refresh(now: number): Promise<void> {
+    for (const [tenant, due] of this.nextDue) if (due <= now) this.want(tenant)
+    if (!this.register || now - this.markersReadAt < this.pollInterval) return
+    this.markersReadAt = now
+    if (now - this.subscriptionsReadAt >= SUBSCRIPTIONS_REFRESH) await this.readSubscriptions()
+    // a marker of a tenant unsubscribed elsewhere may outlive its database: only subscribed tenants are looked into
+    for (const tenant of await this.register.marked()) if (this.subscribed.has(tenant)) this.wanted.add(tenant)
+  }
+
+  /**
+   * The tenants of this pass, least recently served first; those whose claims fail wait for their backoff. In a
+   * multitenant app a poll looks into the tenants with markers or due messages only (see `refresh`).
+   */
+  round(now: number): Tenant[] {
+    // the one database is looked into by every pass: polls find what others wrote there
+    if (!this.multitenant) return [undefined]
+    const ready = [...this.wanted].filter(t => (this.failures.get(t)?.retryAt ?? 0) <= now)
+    return ready.sort((a, b) => (this.served.get(a) ?? 0) - (this.served.get(b) ?? 0))
+  }
+
+  /** A claim in `tenant` found `count` messages; none: it needs no look until something wants one again. */
+  claimed(tenant: Tenant, count: number): void {
+    const failed = this.failures.get(tenant)
+    if (failed && this.failures.delete(tenant)) LOG.info(`database reachable again after ${failed.count} failed claims (${describe(tenant)})`)
+    if (count > 0) this.served.set(tenant, Date.now())
+    else this.wanted.delete(tenant)
+  }
+
+  /** A claim in `tenant` failed: it is tried again after a backoff, the other tenants go on. */
+  claimFailed(tenant: Tenant, error: unknown): void {
+    const count = (this.failures.get(tenant)?.count ?? 0) + 1
+    const delay = Math.min(MAX_TENANT_BACKOFF, 100 * 2 ** count)
+    this.failures.set(tenant, { count, retryAt: Date.now() + delay })
+    const log = count === 1 ? LOG.error : LOG.warn
+    log(`claiming messages in ${describe(tenant)} failed (${count}x), retrying in ${delay} ms:`, error)
+  }
+
+  get failing(): boolean {
+    return this.failures.size > 0
+  }
+
+  /**
+   * After a pass that found nothing more to claim in `tenant` (looked into since `lookedAt`): when its next message
+   * is due, or, with nothing pending, its marker goes.
+   */
+  async settled(tenant: Tenant, next: number | undefined, lookedAt: number): Promise<void> {
+    if (next !== undefined) return void this.nextDue.set(tenant, next)
+    this.nextDue.delete(tenant)
+    if (tenant !== undefined) await this.register?.clear(tenant, lookedAt)
+  }
+
+  /** When the next pass is needed: the earliest due message or end of a backoff among the tenants seen. */
+  earliest(): number | undefined {
+    const times = [...this.nextDue.values(), ...[...this.failures.values()].map(f => f.retryAt)]
+    return times.length ? Math.min(...times) : undefined
+  }
+
+  private async readSubscriptions(): Promise<void> {
+    const tenants = await subscribedTenants()
+    this.subscriptionsReadAt = Date.now()
+    for (const tenant of [...this.subscribed]) if (!tenants.includes(tenant)) this.drop(tenant)
+    for (const tenant of tenants) this.subscribed.add(tenant)
+  }
+
+  /** An unsubscribed tenant: never looked into again; its database is gone or about to be. */
+  private drop(tenant: string): void {
+    this.subscribed.delete(tenant)
+    this.wanted.delete(tenant)
+    this.nextDue.delete(tenant)
+    this.failures.delete(tenant)
+    this.served.delete(tenant)
+    this.register?.forget(tenant).catch(e => LOG.warn(`could not remove the marker of unsubscribed tenant ${tenant}:`, e))
+  }
+}
+
+export function describe(tenant: Tenant): string {
+  return tenant === undefined ? 'the database' : `tenant ${tenant}`
+}

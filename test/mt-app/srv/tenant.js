@@ -1,0 +1,13 @@
+const cds = require('@sap/cds')
+
+/** The app's own service: `enqueue` queues work in the caller's tenant, as an app's request handler would. */
+module.exports = class Tenant extends cds.ApplicationService {
+  init() {
+    this.on('enqueue', async req => {
+      const work = await cds.connect.to('Work')
+      const { count, first = 0 } = req.data
+      for (let seq = first; seq < first + count; seq++) await work.emit('record', { seq })
+    })
+    return super.init()
+  }
+}
