@@ -68,6 +68,16 @@ export interface QueueOptions {
   secretHeaders?: string[]
   /** Header names the credential rule would drop that are safe to store (not `authorization`, cookies, CSRF). */
   keepHeaders?: string[]
+  /**
+   * At most `count` messages of this queue start per `per` (a duration), each in a slot of its own. Counted per
+   * process: N instances start up to N × count. Default: no limit.
+   */
+  rateLimit?: { count: number; per: Duration }
+  /**
+   * After `failures` consecutive failed attempts the queue pauses in this process; every `probeInterval` one message
+   * runs as a probe, and its success resumes the queue. Default: none.
+   */
+  circuitBreaker?: { failures: number; probeInterval: Duration }
 }
 
 /** What a queued handler finds in `req.queue`. */

@@ -1,20 +1,36 @@
 /**
- * One repetition of the in-process measurements for one contender (BENCH_IMPL = plugin | cap | floor) on one
- * database (BENCH_DB), in a process of its own. Sends its figures to the parent (IPC) and exits.
+ * One repetition of the in-process measurements for one contender (BENCH_IMPL = plugin | baseline | cap | floor) on
+ * one database (BENCH_DB), in a process of its own. BENCH_PART says which: 'core' (every scenario but the remote
+ * one), 'drains' (the drain scenarios only: the extra fsync=off column) or 'remote' (the remote-call drain at
+ * BENCH_CONCURRENCY, against the server at BENCH_REMOTE_URL). Sends its figures to the parent (IPC) and exits.
  */
 const { boot, serve, impl } = require('./support/app')
-const { now, fillBacklog, pending } = require('./support/messages')
+const { MESSAGES, MIXED, now, fillBacklog, fillMixed, pending } = require('./support/messages')
+const { drainFloors, remoteFloors, insertFloor } = require('./support/floor')
 const { median, percentile } = require('./support/stats')
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 const config = JSON.parse(process.env.BENCH_CONFIG)
+const part = process.env.BENCH_PART ?? 'core'
 
-/** Handlers on the Bench service: `noop`, `write` (one row into the business table), `ping` (reports its start). */
-function registerHandlers(cds, srv, state) {
+/** The handlers every scenario uses: `noop`, `write` (one row with CQL), `remote` (awaits the remote system), `ping`. */
+async function registerHandlers(cds, srv, state) {
+  const write = req => INSERT.into('perf.Records').entries({ ID: cds.utils.uuid(), n: req.data.n })
   srv.on('noop', () => {})
-  srv.on('write', req => INSERT.into('perf.Records').entries({ ID: cds.utils.uuid(), n: req.data.n }))
+  srv.on('write', write)
   srv.on('ping', () => state.onPing?.(now()))
+  if (cds.requires.Remote) {
+    const remote = await cds.connect.to('Remote')
+    srv.on('remote', () => remote.get('/ping'))
+  }
+  const mixed = []
+  for (const { service, event } of MIXED) {
+    const queued = await cds.connect.to(service)
+    cds.unqueued(queued).on(event, event === 'write' ? write : () => {})
+    mixed.push(queued)
+  }
+  return mixed
 }
 
 /**
@@ -22,9 +38,10 @@ function registerHandlers(cds, srv, state) {
  * chunk while its runner goes on by itself (`eager: false` measures that), and may not resolve when a pass is
  * already queued: it is given a second. `eager: true` calls flush() back to back instead, as a caller awaiting
  * flush() in a loop would; the plugin's flush() resolves only once nothing is left, so both modes are the same for it.
+ * `queues`: the queued services whose flush() is called (CAP flushes one queue per call).
  */
-async function untilEmpty(cds, queued, deadline, eager = true) {
-  const flush = () => Promise.race([queued.flush(), sleep(1000)])
+async function untilEmpty(cds, queues, deadline, eager = true) {
+  const flush = () => Promise.race([Promise.all(queues.map(q => q.flush())), sleep(1000)])
   let flushes = 1
   await flush()
   let left = await pending(cds)
@@ -46,13 +63,16 @@ async function untilEmpty(cds, queued, deadline, eager = true) {
   return { left, flushes }
 }
 
-/** Drains `count` pending messages, timed from the trigger until the table is empty. */
-async function drain(cds, queued, event, count, eager) {
-  await fillBacklog(cds, event, count)
+/** Drains the backlog `fill` wrote (`count` messages), timed from the trigger until the table is empty. */
+async function drain(cds, queues, fill, count, eager) {
+  await fill()
   const start = now()
-  const { left, flushes } = await untilEmpty(cds, queued, start + config.drainTimeout, eager)
+  const cpu = process.cpuUsage()
+  const { left, flushes } = await untilEmpty(cds, queues, start + config.drainTimeout, eager)
   const seconds = (now() - start) / 1000
-  return { perSecond: left === 0 ? count / seconds : NaN, seconds, left, flushes }
+  const used = process.cpuUsage(cpu)
+  // CPU of this process per message: the contender's own cost, less sensitive to other load on the machine than msg/s
+  return { perSecond: left === 0 ? count / seconds : NaN, seconds, left, flushes, cpuMicros: (used.user + used.system) / count }
 }
 
 /** Commit-to-handler latency: one message per transaction, the next one after the handler started. */
@@ -109,11 +129,11 @@ function overhead(pairs) {
 /** Enqueue cost with nothing else to do: each emit transaction's messages are processed before the next sample. */
 async function enqueueIdle(cds, queued, count, samples) {
   for (let i = 0; i < 3; i++) await pair(cds, queued, count, i) // warm-up
-  await untilEmpty(cds, queued, now() + config.drainTimeout)
+  await untilEmpty(cds, [queued], now() + config.drainTimeout)
   const pairs = []
   for (let i = 0; i < samples; i++) {
     pairs.push(await pair(cds, queued, count, i))
-    await untilEmpty(cds, queued, now() + config.drainTimeout)
+    await untilEmpty(cds, [queued], now() + config.drainTimeout)
   }
   return overhead(pairs)
 }
@@ -123,7 +143,7 @@ async function enqueueWhileDraining(cds, queued, count, samples) {
   const pairs = []
   for (let round = 0; round < 5 && pairs.length < samples; round++) {
     await fillBacklog(cds, 'noop', config.smallBacklog)
-    const started = untilEmpty(cds, queued, now() + config.drainTimeout)
+    const started = untilEmpty(cds, [queued], now() + config.drainTimeout)
     while (pairs.length < samples) {
       const p = await pair(cds, queued, count, pairs.length)
       if ((await pending(cds)) === 0) break
@@ -134,74 +154,65 @@ async function enqueueWhileDraining(cds, queued, count, samples) {
   return overhead(pairs)
 }
 
+/** The durability settings the database runs with, as it reports them. */
+async function durability(cds) {
+  if (cds.db.kind === 'postgres') {
+    const show = async name => Object.values((await cds.db.run(`SELECT current_setting('${name}') AS value`))[0])[0]
+    return { fsync: await show('fsync'), synchronous_commit: await show('synchronous_commit') }
+  }
+  const pragma = async name => Object.values((await cds.db.run(`SELECT * FROM pragma_${name}`))[0])[0]
+  const synchronous = ['OFF', 'NORMAL', 'FULL', 'EXTRA'][await pragma('synchronous')]
+  return { journal_mode: await pragma('journal_mode'), synchronous }
+}
+
+/** The drain scenarios: a no-op handler, a handler writing one row, a mixed backlog of ten queues. */
+async function drains(cds, queued, mixed, result) {
+  result.drainNoop = await drain(cds, [queued], () => fillBacklog(cds, 'noop', config.messages), config.messages, true)
+  result.drainWrite = await drain(cds, [queued], () => fillBacklog(cds, 'write', config.smallBacklog), config.smallBacklog, true)
+  // The plugin's flush() drains every queue; CAP's flushes the queue of the service it is called on.
+  const queues = impl() === 'cap' ? mixed : [queued]
+  result.drainMixed = await drain(cds, queues, () => fillMixed(cds, config.smallBacklog), config.smallBacklog, true)
+}
+
+async function core(cds, srv, queued, mixed, state) {
+  const result = { durability: await durability(cds) }
+  await drains(cds, queued, mixed, result)
+  result.drainNoopSelf = impl() === 'cap' ? await drain(cds, [queued], () => fillBacklog(cds, 'noop', config.smallBacklog), config.smallBacklog, false) : result.drainNoop
+  result.latency = await latency(cds, queued, state, config.latencySamples)
+  result.enqueueIdle1 = await enqueueIdle(cds, queued, 1, config.pairs1)
+  result.enqueueIdle100 = await enqueueIdle(cds, queued, 100, config.pairs100)
+  result.enqueueDraining1 = await enqueueWhileDraining(cds, queued, 1, config.pairs1)
+  result.enqueueDraining100 = await enqueueWhileDraining(cds, queued, 100, config.pairs100)
+  // A handler of the app's own on the queue table (an audit trail, a telemetry plugin): the plugin then writes new
+  // rows through CQL, for it to see them (lib/cap/handlers.ts); CAP always writes through CQL.
+  cds.db.before('CREATE', MESSAGES, () => {})
+  result.enqueueWatched100 = await enqueueIdle(cds, queued, 100, config.pairs100)
+  return result
+}
+
 async function floor(cds) {
-  const messages = config.smallBacklog
-  const table = 'perf_Records'
-  const prepare = sql => (cds.db.kind === 'postgres' ? sql.replace('?', '$1') : sql)
-  const fill = async () => {
-    const IDs = Array.from({ length: messages }, () => cds.utils.uuid())
-    await cds.tx(async () => {
-      for (let i = 0; i < messages; i += 1000) await INSERT.into('perf.Records').entries(IDs.slice(i, i + 1000).map(ID => ({ ID, n: 0 })))
-    })
-    return IDs
-  }
-  const deleteRow = ID => cds.db.run(prepare(`DELETE FROM ${table} WHERE ID = ?`), [ID])
-  // One row per transaction, 10 transactions at a time: what a queue with a transaction per message must at least do.
-  const IDs = await fill()
-  let start = now()
-  const worker = async () => {
-    for (let ID = IDs.pop(); ID; ID = IDs.pop()) await cds.tx(() => deleteRow(ID))
-  }
-  await Promise.all(Array.from({ length: 10 }, worker))
-  const perTransaction = messages / ((now() - start) / 1000)
-  /** Rows per second deleting fresh rows `size` per transaction, each with `deleteOne`. */
-  const perChunk = async (size, deleteOne) => {
-    const IDs = await fill()
-    const start = now()
-    for (let i = 0; i < messages; i += size) {
-      const chunk = IDs.slice(i, i + size)
-      await cds.tx(async () => {
-        for (const ID of chunk) await deleteOne(ID)
-      })
-    }
-    return messages / ((now() - start) / 1000)
-  }
-  // 100 rows per transaction: the same deletes, batched.
-  const batched = await perChunk(100, deleteRow)
-  // 50 rows per transaction, each DELETE inside its own savepoint: the floor of a batched dispatch that isolates handlers.
-  const savepoints = await perChunk(50, async ID => {
-    await cds.db.run('SAVEPOINT message')
-    await deleteRow(ID)
-    await cds.db.run('RELEASE SAVEPOINT message')
-  })
-  // The enqueue side's floor: one raw INSERT per transaction.
-  start = now()
-  const inserts = messages
-  for (let i = 0; i < inserts; i++) {
-    await cds.tx(() => cds.db.run(prepare(`INSERT INTO ${table} (ID, n) VALUES (?, 0)`), [cds.utils.uuid()]))
-  }
-  const insertPerTransaction = inserts / ((now() - start) / 1000)
-  return { deletePerTransaction: perTransaction, deleteBatched: batched, deleteSavepoints: savepoints, insertPerTransaction }
+  const { messages, smallBacklog, batchSize } = config
+  if (part === 'remote') return { remote: await remoteFloors(cds, config.remoteMessages, batchSize, Number(process.env.BENCH_CONCURRENCY), process.env.BENCH_REMOTE_URL) }
+  const result = { durability: await durability(cds), drains: await drainFloors(cds, smallBacklog, batchSize) }
+  if (part === 'core') result.insertPerTransaction = await insertFloor(cds, Math.min(messages, smallBacklog))
+  return result
 }
 
 async function main() {
   // CAP's runner keeps no timer referenced: keep the process alive until the figures are sent.
   setInterval(() => {}, 60_000)
   const { cds, srv, queued } = await boot()
-  if (impl() === 'floor') return { floor: await floor(cds) }
+  if (impl() === 'floor') return floor(cds)
   const state = {}
-  registerHandlers(cds, srv, state)
+  const mixed = await registerHandlers(cds, srv, state)
   await serve(cds)
-  const result = {}
-  result.drainNoop = await drain(cds, queued, 'noop', config.messages, true)
-  result.drainNoopSelf = impl() === 'cap' ? await drain(cds, queued, 'noop', config.smallBacklog, false) : result.drainNoop
-  result.drainWrite = await drain(cds, queued, 'write', config.smallBacklog, true)
-  result.latency = await latency(cds, queued, state, config.latencySamples)
-  result.enqueueIdle1 = await enqueueIdle(cds, queued, 1, config.pairs1)
-  result.enqueueIdle100 = await enqueueIdle(cds, queued, 100, config.pairs100)
-  result.enqueueDraining1 = await enqueueWhileDraining(cds, queued, 1, config.pairs1)
-  result.enqueueDraining100 = await enqueueWhileDraining(cds, queued, 100, config.pairs100)
-  return result
+  if (part === 'remote') return { remote: await drain(cds, [queued], () => fillBacklog(cds, 'remote', config.remoteMessages), config.remoteMessages, true) }
+  if (part === 'drains') {
+    const result = { durability: await durability(cds) }
+    await drains(cds, queued, mixed, result)
+    return result
+  }
+  return core(cds, srv, queued, mixed, state)
 }
 
 main().then(

@@ -2,7 +2,7 @@ import { invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
 import { NEVER_STORED_HEADERS, secretHeaderRule } from './secrets'
-import type { BackoffSettings, DeadLetterOrdering, HeaderRule, OrderingKeySource, QueueSettings, RunnerSettings, StoreChoice } from './interfaces'
+import type { BackoffSettings, CircuitBreakerSettings, DeadLetterOrdering, RateLimitSettings, HeaderRule, OrderingKeySource, QueueSettings, RunnerSettings, StoreChoice } from './interfaces'
 import { LOG } from './log'
 
 /**
@@ -114,16 +114,46 @@ function backoff(raw: Raw, where: string): BackoffSettings {
   }
 }
 
+/** The object option `key` (undefined when not set) with exactly the keys `keys`, each given; `allowed` says what it is. */
+function settingsObject(raw: Raw, key: string, where: string, keys: string[], allowed: string): Raw | undefined {
+  const value = raw[key]
+  if (value === undefined || value === null || value === false) return undefined
+  const given = value as Raw
+  const valid = typeof value === 'object' && !Array.isArray(value) && keys.every(k => given[k] !== undefined) && Object.keys(given).every(k => keys.includes(k))
+  if (!valid) throw invalid(`${where}.${key}`, value, allowed)
+  return given
+}
+
+function rateLimit(raw: Raw, where: string): RateLimitSettings | undefined {
+  const value = settingsObject(raw, 'rateLimit', where, ['count', 'per'], "an object { count, per } like { count: 100, per: '1m' }, or false")
+  if (!value) return undefined
+  const at = `${where}.rateLimit`
+  return { count: integer(value, 'count', at, 1, 1), per: duration(value, 'per', at, 0, 1) }
+}
+
+function circuitBreaker(raw: Raw, where: string): CircuitBreakerSettings | undefined {
+  const value = settingsObject(raw, 'circuitBreaker', where, ['failures', 'probeInterval'], "an object { failures, probeInterval } like { failures: 5, probeInterval: '30s' }, or false")
+  if (!value) return undefined
+  const at = `${where}.circuitBreaker`
+  return { failures: integer(value, 'failures', at, 1, 1), probeInterval: duration(value, 'probeInterval', at, 0, 1) }
+}
+
 /** Options of a queue, wherever they are set. */
 const QUEUE_KEYS = [
   'maxAttempts', 'timeout', 'handlerTimeout', 'maxMessageSize', 'backoff', 'storeLastError', 'maxErrorLength',
-  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders'
+  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders',
+  'rateLimit', 'circuitBreaker'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
 const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'store']
 /** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
 const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
-const BACKOFF_KEYS = ['base', 'factor', 'max', 'jitter']
+/** The keys of the options that are objects, canonicalised like the options themselves. */
+const NESTED_KEYS: Record<string, string[] | undefined> = {
+  backoff: ['base', 'factor', 'max', 'jitter'],
+  rateLimit: ['count', 'per'],
+  circuitBreaker: ['failures', 'probeInterval']
+}
 
 /** Where options are set, and so which keys they may have. */
 export type OptionsScope = 'runner' | 'queue' | 'service'
@@ -178,7 +208,10 @@ export function canonical(raw: Raw, where: string, scope: OptionsScope, known = 
       continue
     }
     // the spelling of the environment (lower case) wins over the configured one
-    if (!(name in out) || key !== name) out[name] = name === 'backoff' && value && typeof value === 'object' ? canonical(value as Raw, `${where}.backoff`, 'runner', BACKOFF_KEYS) : value
+    if (!(name in out) || key !== name) {
+      const nested = NESTED_KEYS[name]
+      out[name] = nested && value && typeof value === 'object' && !Array.isArray(value) ? canonical(value as Raw, `${where}.${name}`, 'runner', nested) : value
+    }
   }
   return out
 }
@@ -207,7 +240,9 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
     orderingOnDeadLetter: orderingOnDeadLetter(raw, where),
     // The default queue's options come from cds.requires.queue, where `concurrency` is the runner-wide limit too.
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
-    secretHeader: secretHeader(raw, where)
+    secretHeader: secretHeader(raw, where),
+    rateLimit: rateLimit(raw, where),
+    circuitBreaker: circuitBreaker(raw, where)
   }
 }
 

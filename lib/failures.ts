@@ -58,3 +58,45 @@ export function isProgrammingError(error: unknown): boolean {
 export function isUnrecoverable(error: unknown): boolean {
   return !!(error && typeof error === 'object' && (error as { unrecoverable?: unknown }).unrecoverable)
 }
+
+/** The HTTP statuses whose `Retry-After` says when the remote system takes requests again. */
+const RETRY_AFTER_STATUSES = [429, 503]
+
+/** When the remote system takes requests again: `delay` ms after the attempt, or at the instant `at` (epoch ms). */
+export type RetryAfter = { delay: number; at?: undefined } | { at: number; delay?: undefined }
+
+/** A `Retry-After` value (delta-seconds or an HTTP date, RFC 9110 §10.2.3), a number of seconds, or a Date. */
+function parseRetryAfter(value: unknown): RetryAfter | undefined {
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? undefined : { at: value.getTime() }
+  if (typeof value === 'number') return Number.isFinite(value) && value >= 0 ? { delay: value * 1000 } : undefined
+  if (typeof value !== 'string' || value.trim() === '') return undefined
+  if (/^\s*\d+\s*$/.test(value)) return { delay: Number(value) * 1000 }
+  const at = Date.parse(value)
+  return Number.isNaN(at) ? undefined : { at }
+}
+
+interface HttpResponse {
+  status?: unknown
+  headers?: Record<string, unknown> & { get?: (name: string) => unknown }
+}
+
+/** The response of a failed HTTP call: the error's own, or (CAP's remote services wrap it as a 502) its `reason`'s. */
+function responseOf(error: object): HttpResponse | undefined {
+  const e = error as { response?: HttpResponse; reason?: { response?: HttpResponse } }
+  return e.response ?? e.reason?.response
+}
+
+/**
+ * When the remote system asked the next attempt to come: the error's `retryAfter` (seconds, an HTTP `Retry-After`
+ * value or a Date), else the `Retry-After` header of an HTTP 429 or 503 response it carries. Undefined when it asked
+ * nothing: the queue's backoff applies.
+ */
+export function retryAfter(error: unknown): RetryAfter | undefined {
+  if (!error || typeof error !== 'object') return undefined
+  const own = parseRetryAfter((error as { retryAfter?: unknown }).retryAfter)
+  if (own) return own
+  const response = responseOf(error)
+  if (!response || !RETRY_AFTER_STATUSES.includes(Number(response.status))) return undefined
+  const headers = response.headers
+  return parseRetryAfter(typeof headers?.get === 'function' ? headers.get('retry-after') : (headers?.['retry-after'] ?? headers?.['Retry-After']))
+}

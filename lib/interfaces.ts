@@ -11,6 +11,18 @@ export interface BackoffSettings {
   jitter: number
 }
 
+/** At most `count` messages of a queue start per `per` ms in one process. */
+export interface RateLimitSettings {
+  count: number
+  per: number
+}
+
+/** After `failures` consecutive failed attempts a queue pauses; one message runs every `probeInterval` ms as a probe. */
+export interface CircuitBreakerSettings {
+  failures: number
+  probeInterval: number
+}
+
 /** The compiled, validated settings of one queue. All durations are milliseconds. */
 export interface QueueSettings {
   /** The queue's name: the `target` of its rows (`queue` for the default queue). */
@@ -42,6 +54,8 @@ export interface QueueSettings {
   concurrency: number
   /** Which headers of this queue's calls are never stored (from `secretHeaders` and `keepHeaders`, see secrets.ts). */
   secretHeader: HeaderRule
+  rateLimit: RateLimitSettings | undefined
+  circuitBreaker: CircuitBreakerSettings | undefined
 }
 
 /** Whether a header of a queued call carries a credential, so that it is not stored. */
@@ -164,7 +178,11 @@ export interface StoredMessage {
 /** What an attempt came to. */
 export type Outcome =
   | { kind: 'succeeded' }
-  | { kind: 'retry'; error: unknown; attempts: number; delay: number }
+  /**
+   * `retryAfter`: the delay is what the error's Retry-After asked for, not the backoff; `dueAt`: it named an instant,
+   * which is the next attempt's due time (else it is `delay` after the recorded attempt).
+   */
+  | { kind: 'retry'; error: unknown; attempts: number; delay: number; retryAfter?: boolean; dueAt?: Date }
   /** `silent`: it was a dead letter before this attempt (someone else set its attempts): no `#failed` callback. */
   | { kind: 'dead'; error: unknown; attempts: number; silent?: boolean }
   /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */

@@ -68,6 +68,11 @@ export class QueueRegistry {
     return queue
   }
 
+  /** Every queue defined so far. */
+  all(): QueueSettings[] {
+    return [...this.byName.values()]
+  }
+
   /**
    * The settings for rows whose `target` is `target`: its queue; for rows of older CAP versions (target = the
    * service name) the queue of that service; else the default queue's, with a warning once per target.

@@ -29,7 +29,11 @@ describe('configuration validation', () => {
     [{ Outboxed: { impl: 'srv/plain-service.js', outboxed: 42 } }, 'Invalid cds.requires.Outboxed.outboxed: 42. Expected true, false, a queue name, or an object of queue options.'],
     [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1'],
     [{ queue: { secretHeaders: ['x-acme token'] } }, `Invalid cds.requires.queue.secretHeaders: ["x-acme token"]. Expected a list of header names, '*' matching any characters`],
-    [{ slowQueue: { keepHeaders: ['Authorization'] } }, 'Invalid cds.requires.slowQueue.keepHeaders: ["Authorization"]. Expected a list of header names, other than authorization, proxy-authorization, cookie']
+    [{ slowQueue: { keepHeaders: ['Authorization'] } }, 'Invalid cds.requires.slowQueue.keepHeaders: ["Authorization"]. Expected a list of header names, other than authorization, proxy-authorization, cookie'],
+    [{ slowQueue: { rateLimit: 100 } }, "Invalid cds.requires.slowQueue.rateLimit: 100. Expected an object { count, per } like { count: 100, per: '1m' }, or false."],
+    [{ queue: { rateLimit: { count: 0, per: '1s' } } }, 'Invalid cds.requires.queue.rateLimit.count: 0. Expected an integer >= 1.'],
+    [{ queue: { circuitBreaker: { failures: 5 } } }, 'Invalid cds.requires.queue.circuitBreaker: {"failures":5}. Expected an object { failures, probeInterval }'],
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { circuitBreaker: { failures: 5, probeInterval: 'often' } } } }, 'Invalid cds.requires.OwnQueue.outboxed.circuitBreaker.probeInterval: "often"']
   ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
@@ -51,11 +55,12 @@ describe('configuration validation', () => {
 
   test('options set by environment variables as operators set them on BTP (they arrive in lower case) are honoured', async () => {
     const { code, stdout } = await boot({}, {
-      CDS_REQUIRES_QUEUE_MAXATTEMPTS: '3', CDS_REQUIRES_QUEUE_BACKOFF_BASE: '2s', PRINT_QUEUE_OF: 'Outboxed'
+      CDS_REQUIRES_QUEUE_MAXATTEMPTS: '3', CDS_REQUIRES_QUEUE_BACKOFF_BASE: '2s', PRINT_QUEUE_OF: 'Outboxed',
+      CDS_REQUIRES_QUEUE_CIRCUITBREAKER_FAILURES: '4', CDS_REQUIRES_QUEUE_CIRCUITBREAKER_PROBEINTERVAL: '10s'
     })
     expect(code).toBe(0)
     const settings = JSON.parse(stdout.trim().split('\n').pop())
-    expect(settings).toMatchObject({ name: 'queue', maxAttempts: 3, backoff: { base: 2000 } })
+    expect(settings).toMatchObject({ name: 'queue', maxAttempts: 3, backoff: { base: 2000 }, circuitBreaker: { failures: 4, probeInterval: 10000 } })
   })
 
   test('a valid configuration starts', async () => {

@@ -24,13 +24,17 @@ function linkPackage() {
   fs.symlinkSync(path.relative(path.dirname(link), REPO), link, 'dir')
 }
 
-/** The environment of a process that runs `impl` against `db` (plain JSON: passed on to child processes). */
-function environment(impl, db, extra = {}) {
+/**
+ * The environment of a process that runs `impl` against `db` (plain JSON: passed on to child processes). `queue`
+ * adds options to the contender's `cds.requires.queue` (e.g. CAP's chunkSize, the plugin's concurrency),
+ * `requires` further services (the remote system).
+ */
+function environment(impl, db, extra = {}, { queue: options = {}, requires = {} } = {}) {
   const queue = impl === 'cap'
-    ? { kind: 'persistent-queue', legacyLocking: false }
+    ? { kind: 'persistent-queue', legacyLocking: false, ...options }
     // no timer-driven passes in the measurements: commits, flush() and NOTIFY drive the runner; BENCH_QUEUE adds options
-    : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}'), ...(impl === 'portable' ? { store: 'portable' } : {}) }
-  const env = { ...process.env, ...extra, BENCH_IMPL: impl, CDS_CONFIG: JSON.stringify({ requires: { db, queue } }) }
+    : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}'), ...options, ...(impl === 'portable' ? { store: 'portable' } : {}) }
+  const env = { ...process.env, ...extra, BENCH_IMPL: impl, CDS_CONFIG: JSON.stringify({ requires: { db, queue, ...requires } }) }
   const plugin = { plugin: REPO, portable: REPO, baseline: process.env.BENCH_BASELINE }[impl]
   if (plugin) env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(plugin, 'cds-plugin.js') } })
   else delete env.CDS_PLUGINS

@@ -5,8 +5,9 @@ const path = require('path')
 
 const BENCH = path.join(__dirname, '..')
 
-function start(script, env) {
-  const child = fork(path.join(BENCH, script), [], { env, silent: true })
+/** `execArgv`: Node options of the child (the profiler's `--cpu-prof`). */
+function start(script, env, execArgv = process.execArgv) {
+  const child = fork(path.join(BENCH, script), [], { env, silent: true, execArgv })
   child.output = ''
   child.stdout.on('data', chunk => (child.output += chunk))
   child.stderr.on('data', chunk => (child.output += chunk))
@@ -32,8 +33,8 @@ function nextMessage(child, accept = () => true) {
 }
 
 /** Runs a script that sends one result and exits. */
-async function runOnce(script, env) {
-  const child = start(script, env)
+async function runOnce(script, env, execArgv) {
+  const child = start(script, env, execArgv)
   try {
     return await nextMessage(child)
   } finally {

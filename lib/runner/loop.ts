@@ -3,6 +3,7 @@ import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
+import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
@@ -14,6 +15,7 @@ export interface LoopHost {
   readonly owner: string
   readonly monitor: Monitor
   readonly slots: Slots
+  readonly gates: Gates
   readonly queues: QueueRegistry
   readonly tenants: Tenants
   /** The lease every claim takes (the default queue's `timeout`). */
@@ -142,9 +144,10 @@ export class Loop {
         this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
+        const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
         let rows: MessageRow[]
         try {
-          rows = await tenants.run(tenant, () => this.claim(limit, full))
+          rows = await tenants.run(tenant, () => this.claim(limit, skip))
         } catch (e) {
           tenants.claimFailed(tenant, e) // the pass after its backoff is planned when this one ends (see idle)
           continue
@@ -160,30 +163,34 @@ export class Loop {
   }
 
   /**
-   * Starts the claimed rows in free slots, spread over them: a batch only when there are more messages than slots.
-   * Rows that do not fit go back unstarted (a queue whose limit a claim overshot: its first rows in this process,
-   * nothing bounded the claim yet), and so does everything not started if starting fails.
+   * Starts the claimed rows in free slots, spread over them: a batch only when there are more messages than slots,
+   * and never for a gated queue (rate limit, circuit breaker), whose starts are counted one handler call each. Rows
+   * that do not fit go back unstarted (a queue whose limit a claim overshot: its first rows in this process, nothing
+   * bounded the claim yet; what its gate does not let start now), and so does everything not started if starting fails.
    */
   private async distribute(rows: MessageRow[]): Promise<void> {
-    const { slots, queues } = this.host
+    const { slots, queues, gates } = this.host
     const started = new Set<MessageRow>()
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
         const queue = queues.forTarget(target)
-        // A row interrupted before runs alone, in a slot of its own, at once (see the claim's statement).
-        for (const row of claimed.filter(r => r.interrupted > 0)) {
-          if (slots.freeFor(queue) === 0) break
-          this.host.run(queue, [row])
-          started.add(row)
-        }
-        const free = slots.freeFor(queue)
-        const start = claimed.filter(r => r.interrupted === 0).slice(0, free * this.limits.batchSize)
-        const size = Math.ceil(start.length / Math.min(free, start.length))
-        for (let i = 0; i < start.length; i += size) {
-          const batch = start.slice(i, i + size)
+        let allowed = gates.allowance(queue)
+        const start = (batch: MessageRow[]) => {
           this.host.run(queue, batch)
+          gates.started(queue, batch.length)
+          allowed -= batch.length
           for (const row of batch) started.add(row)
         }
+        // A row interrupted before runs alone, in a slot of its own, at once (see the claim's statement).
+        for (const row of claimed.filter(r => r.interrupted > 0)) {
+          if (slots.freeFor(queue) === 0 || allowed <= 0) break
+          start([row])
+        }
+        const free = slots.freeFor(queue)
+        const perSlot = gates.gated(queue) ? 1 : this.limits.batchSize
+        const ready = claimed.filter(r => r.interrupted === 0).slice(0, Math.min(free * perSlot, allowed))
+        const size = Math.ceil(ready.length / Math.min(free, ready.length))
+        for (let i = 0; i < ready.length; i += size) start(ready.slice(i, i + size))
       }
     } finally {
       const over = rows.filter(row => !started.has(row))
@@ -243,9 +250,11 @@ export class Loop {
     if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
     const looked = [...this.looked]
     this.looked.clear()
+    // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
+    const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
       try {
-        const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt)))
+        const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)
       } catch (e) {
         LOG.warn('could not read the next due time; polling instead:', e)

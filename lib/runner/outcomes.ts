@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { newMessage, timestampAt, CorruptMessage, type DecodedMessage } from '../codec'
-import { errorLine, isProgrammingError, isUnrecoverable, storedError } from '../failures'
+import { errorLine, isProgrammingError, isUnrecoverable, retryAfter, storedError } from '../failures'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
 import { isDeadLetter } from '../store/rules'
 import { inOwnTransaction, type QueueStore } from '../store'
@@ -23,7 +23,10 @@ class ClaimLost extends Error {
   }
 }
 
-/** What a failed attempt comes to: a retry after the queue's backoff, or a dead letter. */
+/**
+ * What a failed attempt comes to: a retry after the wait the remote system asked for (`Retry-After`), else after the
+ * queue's backoff; or a dead letter.
+ */
 export function failed(error: unknown, row: MessageRow, queue: QueueSettings): Outcome {
   if (error instanceof ClaimLost) return { kind: 'lost' }
   const attempts = row.attempts + 1
@@ -31,6 +34,9 @@ export function failed(error: unknown, row: MessageRow, queue: QueueSettings): O
     return { kind: 'dead', error, attempts: Math.max(attempts, queue.maxAttempts) }
   }
   if (isDeadLetter(attempts, queue)) return { kind: 'dead', error, attempts }
+  const asked = retryAfter(error)
+  if (asked?.at !== undefined) return { kind: 'retry', error, attempts, delay: Math.max(0, asked.at - Date.now()), dueAt: new Date(asked.at), retryAfter: true }
+  if (asked) return { kind: 'retry', error, attempts, delay: asked.delay, retryAfter: true }
   return { kind: 'retry', error, attempts, delay: backoffDelay(attempts, queue.backoff) }
 }
 
@@ -93,7 +99,7 @@ export async function recordOutcome(
     if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))
     const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
-    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, new Date(now + outcome.delay), now, false, described))
+    if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, outcome.dueAt ?? new Date(now + outcome.delay), now, false, described))
     const leaveKey = queue.orderingOnDeadLetter === 'continue'
     const recorded = await store.fail(claim, outcome.attempts, lastError, null, now, leaveKey, described)
     if (recorded && message && !outcome.silent) await writeFailedCallback(queue, message, outcome.error, store)
@@ -119,7 +125,7 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       break
     case 'retry':
       // one line per retry: the stack is in lastError, and in the debug log
-      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms: ${errorLine(outcome.error)}`)
+      LOG.warn(`${what} failed (attempt ${outcome.attempts}), retrying in ${outcome.delay} ms${outcome.retryAfter ? ' (as its Retry-After asked)' : ''}: ${errorLine(outcome.error)}`)
       LOG._debug && LOG.debug(`${what} failed:`, outcome.error)
       break
     case 'dead':

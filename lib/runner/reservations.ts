@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
+import type { Gates } from './gates'
 import type { Slots } from './slots'
 
 import { LOG } from '../log'
@@ -27,6 +28,7 @@ export interface ReservationHost {
   readonly store: QueueStore
   readonly owner: string
   readonly slots: Slots
+  readonly gates: Gates
   /** IDs of the messages written claimed at enqueue that have not started or gone back yet. */
   readonly reserved: Set<string>
   /** Started and not stopping: a reserved message can run after commit. */
@@ -61,7 +63,8 @@ interface Reserved {
  * Reserved claims have an owner of their own, so a claim's read-back by (owner, time) never finds them.
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
-  if (!host.running || !host.slots.reserve(queue)) return false
+  // a gated queue's starts are counted by the loop that claims them (see Gates)
+  if (!host.running || host.gates.gated(queue) || !host.slots.reserve(queue)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = Date.now()
   host.reserved.add(message.ID)

@@ -9,6 +9,7 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
+import { Gates } from './gates'
 import { Loop } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
@@ -34,6 +35,8 @@ export class Runner {
   /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
   readonly reserved = new Set<string>()
   readonly abandoned = new Set<string>()
+  /** Rate limits and circuit breakers of the queues, in this process. */
+  readonly gates = new Gates(() => this.wake())
   readonly queues: QueueRegistry
   /** The tenants whose messages this process runs (one database where the app is not multitenant). */
   readonly tenants: Tenants
@@ -141,6 +144,7 @@ export class Runner {
     this.stopping = true
     this.started = false
     this.loop.stop()
+    this.gates.stop()
     const notifier = this.notifier
     this.notifier = undefined
     await notifier?.stop()

@@ -6,6 +6,7 @@ import { attempt, type AttemptResult } from './attempt'
 import { attemptBatch, type BatchEntry } from './batch'
 import { enqueueLease } from './reservations'
 import { AttemptAborted, Lease, Renewals } from './lease'
+import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import { failed, interrupted, logOutcome, recordOutcome } from './outcomes'
 import { LOG } from '../log'
@@ -20,6 +21,7 @@ const SLOT_TIME = 1000
 export interface SlotHost {
   readonly store: QueueStore
   readonly monitor: Monitor
+  readonly gates: Gates
   /** The lease every claim takes (the default queue's `timeout`). */
   readonly claimLease: number
   /** The leases of running handlers: renewed while they run, handed back if they still run at shutdown. */
@@ -116,6 +118,7 @@ async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: E
 async function settle(host: SlotHost, queue: QueueSettings, row: MessageRow, lease: Lease, result: AttemptResult): Promise<void> {
   const outcome = interrupted(result.outcome, lease.signal)
   logOutcome(row, outcome)
+  host.gates.settled(queue, outcome)
   try {
     await recordOutcome(lease.claim, outcome, result.message, queue, host.store)
     host.monitor.emit('outcome', { ID: row.ID, target: row.target, kind: outcome.kind })

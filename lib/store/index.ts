@@ -365,8 +365,8 @@ export class Store implements BatchingStore {
    * undefined if nothing is pending. Rows due by then were skipped by that claim: their ordering key is busy, or
    * another process is claiming them. Their turn comes with a wake-up (a finished message), not with a timer.
    */
-  async nextDue(after: number): Promise<number | undefined> {
-    const rows = await this.rows<{ next: unknown }>(statements.nextDue(this.dialect, this.own, after))
+  async nextDue(after: number, skipTargets: string[] = []): Promise<number | undefined> {
+    const rows = await this.rows<{ next: unknown }>(statements.nextDue(this.dialect, this.own, after, skipTargets))
     const next = millis(rows[0]?.next)
     return Number.isNaN(next) ? undefined : next
   }

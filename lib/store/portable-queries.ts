@@ -215,11 +215,15 @@ export function taskTimestamp(ID: string): Query {
   return SELECT.one.from(ENTITY).columns('timestamp').where({ ID })
 }
 
-/** The next due time of this app's rows after `after`: the first row in the order of the claim's index. */
-export function nextDue(own: Cqn, after: number): Query {
+/**
+ * The next due time of this app's rows, of queues other than `skipTargets`, after `after`: the first row in the order
+ * of the claim's index.
+ */
+export function nextDue(own: Cqn, after: number, skipTargets: string[]): Query {
+  const skip = skipTargets.length ? { xpr: [ref('target'), 'not', 'in', { list: skipTargets.map(val) }] } : undefined
   return SELECT.from(ENTITY)
     .columns('dueAt')
-    .where(all(own, compare('dueAt', '>', iso(after)), compare('dueAt', '<', PARKED_AT)))
+    .where(all(own, compare('dueAt', '>', iso(after)), compare('dueAt', '<', PARKED_AT), skip))
     .orderBy(...ascending('dueAt'))
     .limit(1)
 }

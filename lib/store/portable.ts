@@ -238,8 +238,8 @@ export class PortableStore implements QueueStore {
     return rows.map(r => ({ ID: r.ID, claimedBy: r.claimedBy, claimedAt: millis(r.claimedAt) }))
   }
 
-  async nextDue(after: number): Promise<number | undefined> {
-    const [row] = (await q.nextDue(this.own, after)) as { dueAt: unknown }[]
+  async nextDue(after: number, skipTargets: string[] = []): Promise<number | undefined> {
+    const [row] = (await q.nextDue(this.own, after, skipTargets)) as { dueAt: unknown }[]
     const next = millis(row?.dueAt)
     return Number.isNaN(next) ? undefined : next
   }

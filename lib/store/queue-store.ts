@@ -52,8 +52,11 @@ export interface QueueStore {
   reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
   /** The claims held in the names `owners` according to the table. */
   claimsOf(owners: string[]): Promise<Claim[]>
-  /** When the next row becomes due (or a lease expires) after `after`; undefined if nothing is pending. */
-  nextDue(after: number): Promise<number | undefined>
+  /**
+   * When the next row becomes due (or a lease expires) after `after`, of queues other than `skipTargets`; undefined
+   * if nothing is pending.
+   */
+  nextDue(after: number, skipTargets?: string[]): Promise<number | undefined>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */

@@ -284,9 +284,16 @@ export function taskTimestamp(dialect: Dialect, ID: string): Fragment {
   return { sql: `SELECT ${dialect.isoText('timestamp')} AS "timestamp" FROM ${TABLE} WHERE ID = ?`, params: [ID] }
 }
 
-/** When the next row of this app becomes due (or a lease expires) after `after`; held-back rows wait for their key. */
-export function nextDue(dialect: Dialect, own: Fragment, after: number): Fragment {
-  return { sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ? AND dueAt < ${PARKED}`, params: [...own.params, iso(after)] }
+/**
+ * When the next row of this app, of queues other than `skipTargets`, becomes due (or a lease expires) after `after`;
+ * held-back rows wait for their key.
+ */
+export function nextDue(dialect: Dialect, own: Fragment, after: number, skipTargets: string[]): Fragment {
+  const skip = skipTargets.length ? ` AND target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
+  return {
+    sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ? AND dueAt < ${PARKED}${skip}`,
+    params: [...own.params, iso(after), ...skipTargets]
+  }
 }
 
 /**
