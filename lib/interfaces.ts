@@ -129,6 +129,15 @@ export interface QueueInfo {
   [key: string]: unknown
 }
 
+/**
+ * The W3C trace context (https://www.w3.org/TR/trace-context/) of the span that enqueued a message: its handler's
+ * span continues that trace. Not a secret: it identifies a trace, it grants nothing.
+ */
+export interface TraceContext {
+  traceparent: string
+  tracestate?: string
+}
+
 /** The JSON in `cds.outbox.Messages.msg`; the same shape CAP's built-in queue writes. */
 export interface StoredMessage {
   'cds.internal.user'?: string
@@ -146,6 +155,8 @@ export interface StoredMessage {
   entity?: string
   inbound?: unknown
   results?: unknown
+  /** The plugin's addition: CAP's runner ignores it (it becomes an unused property of the event it dispatches). */
+  traceContext?: TraceContext
   [key: string]: unknown
 }
 

@@ -5,6 +5,7 @@ import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type Store } from '../store'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
+import { detached } from '../telemetry/spans'
 import { LOG } from '../log'
 
 /** Upper bound for the pause after a failed claim (database outage): short enough to recover quickly. */
@@ -69,9 +70,9 @@ export class Loop {
     this.pumping = true
     clearTimeout(this.timer)
     setImmediate(() => {
-      // Run detached from whatever request woke us: claims must not inherit its user, tenant or transaction.
+      // Run detached from whatever request woke us: claims must not inherit its user, tenant, transaction or trace.
       cds.context = undefined
-      void this.pump()
+      void detached(() => this.pump())
     })
   }
 
