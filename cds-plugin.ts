@@ -4,8 +4,9 @@ import { registerTarballBuild } from './lib/build/tarball'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { mountOpsPage } from './lib/ops/page'
-import { activate } from './lib/plugin'
+import { activate, queueObservations } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
+import { observeQueues } from './lib/telemetry/metrics'
 import { LOG } from './lib/log'
 
 // Wiring only: what the plugin does lives in lib/.
@@ -27,8 +28,12 @@ else {
   // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
   onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
+    observeQueues(queueObservations(plugin))
   })
-  cds.on('shutdown', () => plugin.runner.stop())
+  cds.on('shutdown', () => {
+    observeQueues(undefined)
+    return plugin.runner.stop()
+  })
   cds.on('connect', srv => {
     if (!(srv instanceof cds.DatabaseService)) return
     survivePoolErrors(srv)

@@ -120,7 +120,7 @@ const QUEUE_KEYS = [
   'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
-const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize']
+const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval']
 /** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
 const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
 const BACKOFF_KEYS = ['base', 'factor', 'max', 'jitter']
@@ -218,7 +218,8 @@ export function compileRunner(raw: Raw): RunnerSettings {
     shutdownGrace: duration(raw, 'shutdownGrace', where, '10s'),
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
     chunkSize: integer(raw, 'chunkSize', where, 500, 1, 10000),
-    batchSize: integer(raw, 'batchSize', where, 50, 1, 1000)
+    batchSize: integer(raw, 'batchSize', where, 50, 1, 1000),
+    statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000)
   }
 }
 

@@ -71,6 +71,21 @@ export interface RunnerSettings {
    * around each; 1 = a transaction per message. A claim is spread over the free slots first.
    */
   batchSize: number
+  /**
+   * How long the queue statistics behind the metrics' gauges and the health check's lag are reused (ms): one
+   * statistics query per interval, however often they are read.
+   */
+  statisticsInterval: number
+}
+
+/** One queue's messages at one moment, as one statistics query counted them. */
+export interface QueueSnapshot {
+  queue: string
+  pending: number
+  processing: number
+  dead: number
+  /** Seconds the queue's oldest due message had been waiting. */
+  relayLag: number
 }
 
 /** A row of `cds.outbox.Messages`, as the store reads it. Timestamps are epoch milliseconds. */

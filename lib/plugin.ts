@@ -1,18 +1,39 @@
+import cds from '@sap/cds'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
+import { QueueStatistics } from './statistics'
+import type { QueueObservations } from './telemetry/metrics'
 
-/** The plugin in this process: its settings, compiled once when cds loads it, and the runner built on them. */
+/** The plugin in this process: its settings, compiled once when cds loads it, and what runs on them. */
 export interface EventQueues {
   readonly settings: Settings
   readonly runner: Runner
+  /** The queue statistics behind the metrics' gauges and the health check's lag: one query per interval. */
+  readonly statistics: QueueStatistics
 }
 
 let active: EventQueues | undefined
 
+/** The tenants whose queues this process looks after: without multitenancy, the app's one database (undefined). */
+const tenants = (): (string | undefined)[] => [undefined]
+
+/** A transaction of its own in the database of `tenant`, detached from any caller's. */
+const inTenant = <T>(tenant: string | undefined, fn: () => Promise<T>): Promise<T> => cds.tx({ tenant }, fn) as unknown as Promise<T>
+
 /** Compiles the settings from `env` and creates the runner; called once, by cds-plugin.ts. */
 export function activate(env: Environment): EventQueues {
   const settings = compileSettings(env)
-  return (active = { settings, runner: new Runner(settings) })
+  const runner = new Runner(settings)
+  const statistics = new QueueStatistics(
+    (tenant, now) => inTenant(tenant, () => runner.store.queueStatistics(settings.queues.attemptLimits(), now)),
+    settings.runner.statisticsInterval
+  )
+  return (active = { settings, runner, statistics })
+}
+
+/** What the queue gauges report: the statistics of every tenant this process looks after. */
+export function queueObservations(plugin: EventQueues): QueueObservations {
+  return () => Promise.all(tenants().map(async tenant => ({ tenant, queues: (await plugin.statistics.current(tenant)).queues })))
 }
 
 /**

@@ -3,7 +3,7 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, NewMessage } from '../interfaces'
+import type { Claim, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { iso, messageRow, millis, newRow, type RawRow } from './rows'
@@ -332,6 +332,17 @@ export class Store {
     const rows = await this.rows<{ next: unknown }>(statements.nextDue(this.dialect, this.own, after))
     const next = millis(rows[0]?.next)
     return Number.isNaN(next) ? undefined : next
+  }
+
+  /** Per queue of this app: its messages by state and its relay lag at `now`, in one statement. */
+  async queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]> {
+    type Row = { queue: string; pending: unknown; processing: unknown; dead: unknown; oldestDue: unknown }
+    const rows = await this.rows<Row>(statements.queueStatistics(this.dialect, this.own, limits, now))
+    return rows.map(r => {
+      const due = millis(r.oldestDue)
+      const relayLag = Number.isNaN(due) ? 0 : Math.max(0, Math.floor((now - due) / 1000))
+      return { queue: r.queue, pending: Number(r.pending ?? 0), processing: Number(r.processing ?? 0), dead: Number(r.dead ?? 0), relayLag }
+    })
   }
 
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */

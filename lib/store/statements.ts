@@ -258,3 +258,21 @@ export function claimsOf(dialect: Dialect, owners: string[]): Fragment {
     params: owners
   }
 }
+
+/**
+ * Per queue of this app (`own`), in one pass over the table: pending, processing and dead messages, and when the
+ * oldest pending message that is due at `now` was due (delayed messages carry their due time in `timestamp`).
+ */
+export function queueStatistics(dialect: Dialect, own: Fragment, limits: AttemptLimits, now: number): Fragment {
+  const dead = deadLettersSql(limits)
+  const alive = deadLettersSql(limits, false)
+  return {
+    sql: `SELECT target AS "queue",
+        SUM(CASE WHEN status IS NULL AND ${alive.sql} THEN 1 ELSE 0 END) AS "pending",
+        SUM(CASE WHEN status = '${PROCESSING}' AND ${alive.sql} THEN 1 ELSE 0 END) AS "processing",
+        SUM(CASE WHEN ${dead.sql} THEN 1 ELSE 0 END) AS "dead",
+        ${dialect.isoText(`MIN(CASE WHEN status IS NULL AND timestamp <= ? AND ${alive.sql} THEN timestamp END)`)} AS "oldestDue"
+      FROM ${TABLE} WHERE ${own.sql} GROUP BY target`,
+    params: [...alive.params, ...alive.params, ...dead.params, iso(now), ...alive.params, ...own.params]
+  }
+}
