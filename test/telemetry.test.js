@@ -1,7 +1,5 @@
 const otel = require('@opentelemetry/api')
-const { AsyncLocalStorageContextManager } = require('@opentelemetry/context-async-hooks')
-const { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } = require('@opentelemetry/sdk-trace-base')
-const { MeterProvider, MetricReader } = require('@opentelemetry/sdk-metrics')
+const { spans, scrape, points } = require('./support/telemetry')
 const { startApp } = require('./support/app')
 const { MESSAGES, capRow } = require('./support/outbox')
 const { monitor } = require('./support/monitor')
@@ -9,34 +7,11 @@ const { waitFor } = require('./support/wait')
 const { eventQueues } = require('../lib/plugin')
 const cds = require('@sap/cds')
 
-// What an app with an OpenTelemetry SDK has (@cap-js/telemetry registers the same at start): a context manager, a
-// tracer provider (here exporting to memory) and a meter provider (here read on demand, as a Prometheus scrape does).
-otel.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
-const spans = new InMemorySpanExporter()
-otel.trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }))
-class ScrapeReader extends MetricReader {
-  async onForceFlush() {}
-  async onShutdown() {}
-}
-const reader = new ScrapeReader()
-otel.metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }))
-
 // The statistics behind the gauges are read once an hour here: every scrape of this suite reuses the first one.
 startApp({ requires: { queue: { statisticsInterval: '1h' } } })
 
 const tracer = otel.trace.getTracer('test')
 const { SpanKind, SpanStatusCode } = otel
-
-async function scrape() {
-  const { resourceMetrics } = await reader.collect()
-  return resourceMetrics.scopeMetrics.flatMap(scope => scope.metrics)
-}
-
-/** The data points of metric `name` whose attributes include `attributes`. */
-function points(metrics, name, attributes) {
-  const metric = metrics.find(m => m.descriptor.name === name)
-  return (metric?.dataPoints ?? []).filter(p => Object.entries(attributes).every(([k, v]) => p.attributes[k] === v))
-}
 
 const finished = name => spans.getFinishedSpans().filter(s => s.name === name)
 const parentOf = span => span.parentSpanContext?.spanId
