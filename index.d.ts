@@ -68,6 +68,11 @@ export interface QueueOptions {
   secretHeaders?: string[]
   /** Header names the credential rule would drop that are safe to store (not `authorization`, cookies, CSRF). */
   keepHeaders?: string[]
+  /**
+   * How long a dead letter is kept after its last attempt; then it is deleted (in small batches, logged and
+   * counted in the metrics). At least 1 s, e.g. `'30d'`. Default `false`: dead letters stay until an operator acts.
+   */
+  deadLetterRetention?: Duration | false
 }
 
 /** What a queued handler finds in `req.queue`. */
@@ -90,7 +95,10 @@ export interface QueueMessageInfo {
 /** A queued proxy of a service: `emit`, `send`, `run` persist the call and resolve to `undefined`. */
 export type QueuedService<S extends Service = Service> = S & {
   /** The effective options of the service's queue. */
-  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'>
+  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey' | 'deadLetterRetention'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'> & {
+    /** In ms; undefined: dead letters are kept. */
+    deadLetterRetention: number | undefined
+  }
   readonly outboxed: QueuedService<S>['queued']
   flush(): Promise<void>
 }

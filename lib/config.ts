@@ -87,6 +87,24 @@ function secretHeader(raw: Raw, where: string): HeaderRule {
   return secretHeaderRule(secret, keep)
 }
 
+/** The shortest dead-letter retention: below it, a dead letter would be gone before anyone could look at it. */
+const MIN_RETENTION = 1000
+
+/** How long a queue keeps its dead letters (ms); `false`, the default, keeps them until an operator acts: undefined. */
+function deadLetterRetention(raw: Raw, where: string): number | undefined {
+  const value = raw.deadLetterRetention ?? false
+  if (value === false) return undefined
+  const allowed = `a duration of at least ${MIN_RETENTION / 1000} s such as '30d', or false to keep dead letters`
+  let ms: number
+  try {
+    ms = parseDuration(value, `${where}.deadLetterRetention`)
+  } catch {
+    throw invalid(`${where}.deadLetterRetention`, value, allowed)
+  }
+  if (ms < MIN_RETENTION) throw invalid(`${where}.deadLetterRetention`, value, allowed)
+  return ms
+}
+
 const DEAD_LETTER_ORDERING: DeadLetterOrdering[] = ['continue', 'block']
 
 function orderingOnDeadLetter(raw: Raw, where: string): DeadLetterOrdering {
@@ -117,7 +135,8 @@ function backoff(raw: Raw, where: string): BackoffSettings {
 /** Options of a queue, wherever they are set. */
 const QUEUE_KEYS = [
   'maxAttempts', 'timeout', 'handlerTimeout', 'maxMessageSize', 'backoff', 'storeLastError', 'maxErrorLength',
-  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders'
+  'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders',
+  'deadLetterRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
 const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval']
@@ -207,7 +226,8 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
     orderingOnDeadLetter: orderingOnDeadLetter(raw, where),
     // The default queue's options come from cds.requires.queue, where `concurrency` is the runner-wide limit too.
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
-    secretHeader: secretHeader(raw, where)
+    secretHeader: secretHeader(raw, where),
+    deadLetterRetention: deadLetterRetention(raw, where)
   }
 }
 

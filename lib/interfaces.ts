@@ -42,6 +42,8 @@ export interface QueueSettings {
   concurrency: number
   /** Which headers of this queue's calls are never stored (from `secretHeaders` and `keepHeaders`, see secrets.ts). */
   secretHeader: HeaderRule
+  /** How long a dead letter is kept after its last attempt before the retention deletes it; undefined = kept. */
+  deadLetterRetention: number | undefined
 }
 
 /** Whether a header of a queued call carries a credential, so that it is not stored. */

@@ -28,7 +28,10 @@ describe('configuration validation', () => {
     [{ Outboxed: { impl: 'srv/plain-service.js', outboxed: 42 } }, 'Invalid cds.requires.Outboxed.outboxed: 42. Expected true, false, a queue name, or an object of queue options.'],
     [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1'],
     [{ queue: { secretHeaders: ['x-acme token'] } }, `Invalid cds.requires.queue.secretHeaders: ["x-acme token"]. Expected a list of header names, '*' matching any characters`],
-    [{ slowQueue: { keepHeaders: ['Authorization'] } }, 'Invalid cds.requires.slowQueue.keepHeaders: ["Authorization"]. Expected a list of header names, other than authorization, proxy-authorization, cookie']
+    [{ slowQueue: { keepHeaders: ['Authorization'] } }, 'Invalid cds.requires.slowQueue.keepHeaders: ["Authorization"]. Expected a list of header names, other than authorization, proxy-authorization, cookie'],
+    [{ queue: { deadLetterRetention: '500ms' } }, `Invalid cds.requires.queue.deadLetterRetention: "500ms". Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { deadLetterRetention: true } } }, `Invalid cds.requires.OwnQueue.outboxed.deadLetterRetention: true. Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
+    [{ queue: { deadLetterRetention: 'a month' } }, `Invalid cds.requires.queue.deadLetterRetention: "a month". Expected a duration of at least 1 s`]
   ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
