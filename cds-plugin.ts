@@ -28,6 +28,7 @@ else {
   // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
   onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
+    if (plugin.settings.persistent) plugin.retention.start()
     observeQueues(queueObservations(plugin))
   })
   cds.on('shutdown', () => {
@@ -39,7 +40,8 @@ else {
     survivePoolErrors(srv)
     plugin.runner.connected(srv)
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
-    // their connections until they finish or are handed back.
+    // their connections until they finish or are handed back, and a cleanup its connection until its batch is done.
     beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
+    beforeDisconnect(srv, () => plugin.retention.stop())
   })
 }

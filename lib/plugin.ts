@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { Retention, type InTenant } from './retention'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
 import { QueueStatistics } from './statistics'
@@ -10,6 +11,8 @@ export interface EventQueues {
   readonly runner: Runner
   /** The queue statistics behind the metrics' gauges and the health check's lag: one query per interval. */
   readonly statistics: QueueStatistics
+  /** Deletes dead letters past their queue's `deadLetterRetention`. */
+  readonly retention: Retention
 }
 
 let active: EventQueues | undefined
@@ -18,7 +21,7 @@ let active: EventQueues | undefined
 const tenants = (): (string | undefined)[] => [undefined]
 
 /** A transaction of its own in the database of `tenant`, detached from any caller's. */
-const inTenant = <T>(tenant: string | undefined, fn: () => Promise<T>): Promise<T> => cds.tx({ tenant }, fn) as unknown as Promise<T>
+const inTenant: InTenant = (tenant, fn) => cds.tx({ tenant }, fn) as unknown as ReturnType<typeof fn>
 
 /** Compiles the settings from `env` and creates the runner; called once, by cds-plugin.ts. */
 export function activate(env: Environment): EventQueues {
@@ -28,7 +31,8 @@ export function activate(env: Environment): EventQueues {
     (tenant, now) => inTenant(tenant, () => runner.store.queueStatistics(settings.queues.attemptLimits(), now)),
     settings.runner.statisticsInterval
   )
-  return (active = { settings, runner, statistics })
+  const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
+  return (active = { settings, runner, statistics, retention })
 }
 
 /** What the queue gauges report: the statistics of every tenant this process looks after. */

@@ -7,10 +7,18 @@ import type { Claim, MessageRow, NewMessage, QueueSnapshot } from '../interfaces
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { iso, messageRow, millis, newRow, type RawRow } from './rows'
-import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
+
+/** A dead letter the retention deleted, as an operator reads it in the log. */
+export interface DeletedMessage {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
+}
 
 export type { DatabaseTransaction } from '../cap/transactions'
 
@@ -343,6 +351,16 @@ export class Store {
       const relayLag = Number.isNaN(due) ? 0 : Math.max(0, Math.floor((now - due) / 1000))
       return { queue: r.queue, pending: Number(r.pending ?? 0), processing: Number(r.processing ?? 0), dead: Number(r.dead ?? 0), relayLag }
     })
+  }
+
+  /**
+   * Deletes up to `limit` dead letters past their queue's retention at `now`, in the current transaction, skipping
+   * rows others hold; what it deleted (nothing if every queue keeps its dead letters).
+   */
+  async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
+    const expired = expiredSql(retentions, now)
+    if (!expired) return []
+    return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
   }
 
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */
