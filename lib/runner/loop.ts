@@ -34,6 +34,13 @@ export interface LoopHost {
   handBack(rows: MessageRow[], claimedBy: string): Promise<void>
 }
 
+export interface ClaimStatus {
+  /** Epoch ms; undefined before the first claim. */
+  lastSucceededAt: number | undefined
+  /** Claims that failed in a row since (0: the last one succeeded). */
+  failures: number
+}
+
 interface Limits {
   pollInterval: number
   chunkSize: number
@@ -52,6 +59,7 @@ export class Loop {
   private timer: NodeJS.Timeout | undefined
   private claimFailures = 0
   private lastClaimAt = 0
+  private lastClaimSucceededAt: number | undefined
   private reconciledAt = 0
   private idleWaiters: (() => void)[] = []
 
@@ -88,6 +96,11 @@ export class Loop {
     } finally {
       clearInterval(keepAlive)
     }
+  }
+
+  /** How claiming goes, for the health check: when a claim last succeeded, and how many failed since. */
+  get claims(): ClaimStatus {
+    return { lastSucceededAt: this.lastClaimSucceededAt, failures: this.claimFailures }
   }
 
   /** No more passes: the timer is cleared and whoever waits in `flush()` is released. */
@@ -130,6 +143,7 @@ export class Loop {
       }
       if (this.claimFailures) LOG.info(`database reachable again after ${this.claimFailures} failed claims`)
       this.claimFailures = 0
+      this.lastClaimSucceededAt = Date.now()
       if (rows.length === 0) return
       this.host.monitor.emit('claimed', { count: rows.length })
       await this.distribute(rows)

@@ -8,7 +8,7 @@ import type { Settings } from '../settings'
 import { inOwnTransaction, Store } from '../store'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
-import { Loop } from './loop'
+import { Loop, type ClaimStatus } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
@@ -70,6 +70,11 @@ export class Runner {
 
   get running(): boolean {
     return this.started && !this.stopping
+  }
+
+  /** How claiming goes (see `Loop.claims`). */
+  get claims(): ClaimStatus {
+    return this.loop.claims
   }
 
   /** Starts periodic processing and sweeps what earlier processes left. */

@@ -363,6 +363,11 @@ export class Store {
     return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
   }
 
+  /** Reads nothing from the table, in the current transaction: fails if the database or the table is not there. */
+  async ping(): Promise<void> {
+    await this.rows(statements.ping())
+  }
+
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */
   async ensureIndexes(): Promise<void> {
     await ensureIndexes({

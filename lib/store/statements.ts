@@ -294,3 +294,8 @@ export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, e
     params: [...own.params, ...dead.params, ...expired.params, limit]
   }
 }
+
+/** A statement that reaches the database and the table and reads nothing: is the database there? */
+export function ping(): Fragment {
+  return { sql: `SELECT 1 AS "ok" FROM ${TABLE} WHERE 1 = 0`, params: [] }
+}
