@@ -116,9 +116,42 @@ export interface ScheduleBuilder extends PromiseLike<void> {
   as(name: string): ScheduleBuilder
 }
 
+/** Options of `cds.queued.health(options)`. */
+export interface HealthOptions {
+  /** DOWN when a queue's oldest due message has waited longer than this. Default: the lag is not checked. */
+  maxLag?: Duration
+  /** How long the database (and the statistics behind `maxLag`) may take to answer. Default '2s'. */
+  timeout?: Duration
+}
+
+export type HealthStatus = 'UP' | 'DOWN'
+
+/** The queue's readiness in this process: UP when every check is UP. Errors are named by their code only. */
+export interface QueueHealth {
+  status: HealthStatus
+  /** None with `cds.requires.queue: false` (nothing is stored, nothing runs in the background). */
+  checks: {
+    /** The runner has started (once the app listens) and is not shutting down. */
+    runner?: { status: HealthStatus }
+    /** The database answers a statement on the queue table within `timeout`; `latency` in ms. */
+    database?: { status: HealthStatus; latency?: number; error?: string }
+    /** The runner's last claim succeeded; `failures`: claims failed in a row since `lastSucceededAt` (ISO). */
+    claims?: { status: HealthStatus; lastSucceededAt: string | null; failures: number }
+    /** With `maxLag`: the largest relay lag of any queue (seconds, as of `sampledAt`), which queue, and the limit. */
+    lag?: { status: HealthStatus; relayLag: number | null; maxLag: number; queue: string | null; sampledAt: string | null; error?: string }
+  }
+}
+
+/** `cds.queued` (and `cds.outboxed`): queues a service; `.health()` tells whether the queue works in this process. */
+export interface Queued {
+  <S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
+  /** The queue's readiness, for the app's health or readiness endpoint (see the README's "Health"). */
+  health(options?: HealthOptions): Promise<QueueHealth>
+}
+
 export interface EventQueues {
-  queued<S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
-  outboxed<S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
+  queued: Queued
+  outboxed: Queued
   unqueued<S extends Service>(srv: S | QueuedService<S>): S
   unboxed<S extends Service>(srv: S | QueuedService<S>): S
   /** Processes every processable message until none is left; never rejects for handler failures. */

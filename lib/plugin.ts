@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { Health } from './health'
 import { Retention, type InTenant } from './retention'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
@@ -13,6 +14,8 @@ export interface EventQueues {
   readonly statistics: QueueStatistics
   /** Deletes dead letters past their queue's `deadLetterRetention`. */
   readonly retention: Retention
+  /** `cds.queued.health()`. */
+  readonly health: Health
 }
 
 let active: EventQueues | undefined
@@ -32,7 +35,7 @@ export function activate(env: Environment): EventQueues {
     settings.runner.statisticsInterval
   )
   const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
-  return (active = { settings, runner, statistics, retention })
+  return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics) })
 }
 
 /** What the queue gauges report: the statistics of every tenant this process looks after. */

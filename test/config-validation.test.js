@@ -73,4 +73,11 @@ describe('configuration validation', () => {
     const srv = await cds.connect.to('Plain')
     expect(() => cds.queued(srv, 'fast')).toThrow('Invalid options of cds.queued(srv, options): "fast". Expected an object of queue options.')
   })
+
+  test('cds.queued.health with a bad option fails clearly, naming option, value and what is allowed', async () => {
+    await expect(cds.queued.health({ maxLag: 'soon' })).rejects.toThrow('Invalid maxLag of cds.queued.health(options): "soon". Expected a number of milliseconds >= 0, or a string like')
+    await expect(cds.queued.health({ timeout: 0 })).rejects.toThrow('Invalid timeout of cds.queued.health(options): 0. Expected a duration of at least 1 ms.')
+    await expect(cds.queued.health({ maxlag: '5m' })).rejects.toThrow(`Invalid option of cds.queued.health(options): "maxlag". Expected 'maxLag' or 'timeout'.`)
+    await expect(cds.queued.health('5m')).rejects.toThrow(`Invalid options of cds.queued.health(options): "5m". Expected an object like { maxLag: '5m' }.`)
+  })
 })
