@@ -3,6 +3,7 @@ import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
+import { isDatabaseService } from './lib/cap/services'
 import { mountOpsPage } from './lib/ops/page'
 import { activate, queueObservations } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
@@ -36,7 +37,7 @@ else {
     return plugin.runner.stop()
   })
   cds.on('connect', srv => {
-    if (!(srv instanceof cds.DatabaseService)) return
+    if (!isDatabaseService(srv)) return
     survivePoolErrors(srv)
     plugin.runner.connected(srv)
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need

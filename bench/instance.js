@@ -8,7 +8,7 @@
  * Talks to the parent over IPC; the parent stops it by PID.
  */
 const path = require('path')
-const { REPO, boot, serve, impl } = require('./support/app')
+const { REPO, boot, serve, impl, isPlugin } = require('./support/app')
 const { wallClock, fillBacklog, pending } = require('./support/messages')
 
 const role = process.env.BENCH_ROLE
@@ -23,13 +23,13 @@ async function dispatcher(cds, srv, queued) {
   srv.on('ping', req => process.send({ pinged: req.data.n, at: wallClock() }))
   process.on('message', async command => {
     if (command.go === undefined) return
-    if (impl() === 'plugin') await serve(cds)
+    if (isPlugin(impl())) await serve(cds)
     else await drainWithCap(cds, queued)
   })
 }
 
 async function enqueuer(cds, queued) {
-  if (impl() === 'plugin') await require(path.join(REPO, 'lib', 'plugin')).eventQueues().runner.stop()
+  if (isPlugin(impl())) await require(path.join(REPO, 'lib', 'plugin')).eventQueues().runner.stop()
   process.on('message', async command => {
     if (command.ping === undefined) return
     let at

@@ -2,6 +2,7 @@
  * `npm run bench`: this plugin against CAP's built-in queue, same app, same machine, same databases (a SQLite file and
  * an embedded PostgreSQL server), interleaved per repetition. Prints one table of medians with ratios against
  * baselines measured in the same run and writes it to bench/RESULTS.md. It measures; it does not pass or fail.
+ * The portable store (`store: 'portable'`, CQL only: what SAP HANA runs) is measured beside the native one.
  * Sizes via environment: BENCH_REPS, BENCH_MESSAGES, BENCH_SMALL, BENCH_LATENCY_SAMPLES, BENCH_PAIRS_1,
  * BENCH_PAIRS_100, BENCH_SCALE (process counts, e.g. "1,2,4"), BENCH_SCALE_REPS, BENCH_DBS ("sqlite,postgres"), BENCH_QUEUE
  * (JSON options merged into the plugin's cds.requires.queue, e.g. {"batchSize":50}), BENCH_BASELINE (another version
@@ -34,7 +35,7 @@ const config = {
   drainTimeout: 120_000,
   pollEvery: 10
 }
-const IMPLS = ['plugin', ...(process.env.BENCH_BASELINE ? ['baseline'] : []), 'cap', 'floor']
+const IMPLS = ['plugin', 'portable', ...(process.env.BENCH_BASELINE ? ['baseline'] : []), 'cap', 'floor']
 const log = (...args) => console.error('[bench]', ...args)
 
 function sqliteDb() {
@@ -130,7 +131,7 @@ async function main() {
       results.crossProcess.push(await crossProcessLatency(server))
       if (rep > config.scaleReps) continue
       for (const count of config.scale) {
-        for (const impl of ['plugin', 'cap']) {
+        for (const impl of ['plugin', 'portable', 'cap']) {
           log(`repetition ${rep}/${config.reps}: scale-out, ${impl} with ${count} process(es)`)
           ;((results.scale[impl] ??= {})[count] ??= []).push(await scaleOut(server, impl, count))
         }

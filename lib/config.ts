@@ -2,7 +2,7 @@ import { invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
 import { NEVER_STORED_HEADERS, secretHeaderRule } from './secrets'
-import type { BackoffSettings, DeadLetterOrdering, HeaderRule, OrderingKeySource, QueueSettings, RunnerSettings } from './interfaces'
+import type { BackoffSettings, DeadLetterOrdering, HeaderRule, OrderingKeySource, QueueSettings, RunnerSettings, StoreChoice } from './interfaces'
 import { LOG } from './log'
 
 /**
@@ -139,7 +139,7 @@ const QUEUE_KEYS = [
   'deadLetterRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
-const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval']
+const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval', 'store']
 /** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
 const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
 const BACKOFF_KEYS = ['base', 'factor', 'max', 'jitter']
@@ -231,6 +231,14 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
   }
 }
 
+export const STORE_CHOICES: StoreChoice[] = ['auto', 'native', 'portable']
+
+function storeChoice(raw: Raw, where: string): StoreChoice {
+  const value = raw.store ?? 'auto'
+  if (STORE_CHOICES.includes(value as StoreChoice)) return value as StoreChoice
+  throw invalid(`${where}.store`, value, STORE_CHOICES.map(v => `'${v}'`).join(', ').replace(/, ([^,]*)$/, ' or $1'))
+}
+
 export function compileRunner(raw: Raw): RunnerSettings {
   const where = 'cds.requires.queue'
   return {
@@ -239,7 +247,8 @@ export function compileRunner(raw: Raw): RunnerSettings {
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
     chunkSize: integer(raw, 'chunkSize', where, 500, 1, 10000),
     batchSize: integer(raw, 'batchSize', where, 50, 1, 1000),
-    statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000)
+    statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000),
+    store: storeChoice(raw, where)
   }
 }
 

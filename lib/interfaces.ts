@@ -78,6 +78,16 @@ export interface RunnerSettings {
    * statistics query per interval, however often they are read.
    */
   statisticsInterval: number
+  /** Which store runs the queue's statements (see lib/store/choose.ts). */
+  store: StoreChoice
+}
+
+/** A dead letter the retention deleted, as an operator reads it in the log. */
+export interface DeletedMessage {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
 }
 
 /** One queue's messages at one moment, as one statistics query counted them. */
@@ -89,6 +99,12 @@ export interface QueueSnapshot {
   /** Seconds the queue's oldest due message had been waiting. */
   relayLag: number
 }
+
+/**
+ * `native`: the raw-SQL store of SQLite and PostgreSQL (savepoint batches, LISTEN/NOTIFY); `portable`: CQL only, for
+ * every database CAP runs on; `auto`: native where the database has it, else portable.
+ */
+export type StoreChoice = 'auto' | 'native' | 'portable'
 
 /** A row of `cds.outbox.Messages`, as the store reads it. Timestamps are epoch milliseconds. */
 export interface MessageRow {
@@ -105,6 +121,8 @@ export interface MessageRow {
   interrupted: number
   /** A row from before CAP had `appid` whose `msg` names no service: the service its target names. */
   serviceOfOldRow?: string
+  /** Its ordering key: when it is done, the next message of the key becomes due. */
+  orderingKey?: string | null
 }
 
 /** The claim a process holds on a row; outcomes are only written while it still holds it. */
@@ -112,6 +130,8 @@ export interface Claim {
   ID: string
   claimedBy: string
   claimedAt: number
+  /** The row's ordering key, where it has one: completing the row makes the next message of the key due. */
+  orderingKey?: string | null
 }
 
 /** A row to be written. */

@@ -1,7 +1,8 @@
 import { setImmediate as yielded } from 'timers/promises'
 import { groupBy } from './group-by'
 import type { QueueRegistry } from './queues'
-import type { DeletedMessage, Store } from './store'
+import type { DeletedMessage } from './interfaces'
+import type { QueueStore } from './store/queue-store'
 import { countDeletedDeadLetters } from './telemetry/metrics'
 import { LOG } from './log'
 
@@ -28,7 +29,7 @@ export class Retention {
 
   constructor(
     private readonly queues: QueueRegistry,
-    private readonly store: () => Store,
+    private readonly store: () => QueueStore,
     private readonly tenants: () => (string | undefined)[],
     private readonly inTenant: InTenant
   ) {}

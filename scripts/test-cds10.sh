@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on the second supported stack: @sap/cds 10 with @cap-js/sqlite 3 (node:sqlite, no native
-# build) on Node 22, which the npm package node@22 provides. The project is copied to .stacks/cds10 so this stack's
+# build) on Node 22, which the npm package node@22 provides; @sap/cds-dk 10 (for the HANA artifact checks) with it. The project is copied to .stacks/cds10 so this stack's
 # node_modules never mix with the default (cds 9, Node 20) one.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +14,7 @@ cd "$stack"
 node - <<'JS'
 const fs = require('fs')
 const pkg = JSON.parse(fs.readFileSync('package.json', 'utf8'))
-Object.assign(pkg.devDependencies, { '@sap/cds': '^10', '@cap-js/sqlite': '^3', node: '^22' })
+Object.assign(pkg.devDependencies, { '@sap/cds': '^10', '@sap/cds-dk': '^10', '@cap-js/sqlite': '^3', node: '^22' })
 pkg.allowScripts = { ...pkg.allowScripts, node: true }
 fs.writeFileSync('package.json', JSON.stringify(pkg, null, 2) + '\n')
 JS

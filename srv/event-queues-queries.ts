@@ -1,6 +1,10 @@
+import cds from '@sap/cds'
 import { decode } from '../lib/codec'
 import type { QueueRegistry } from '../lib/queues'
-import { deadLettersCqn, ENTITY, isDeadLetter, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
+import type { StoreChoice } from '../lib/interfaces'
+import { storeFor } from '../lib/store/choose'
+import type { QueueStore } from '../lib/store/queue-store'
+import { deadLettersCqn, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
 
 /**
  * The CQL the dead-letter service runs on `cds.outbox.Messages`. The queue's own hot path (claim, complete, fail)
@@ -79,9 +83,18 @@ export class OperatorQueries {
 
   constructor(
     private readonly queues: QueueRegistry,
-    appid: string | undefined
+    private readonly appid: string | undefined,
+    /** `cds.requires.queue.store`: the operator's statements run on the store the runner uses. */
+    private readonly storeChoice: StoreChoice
   ) {
     this.own = ownRowsCqn(appid)
+  }
+
+  private storeInstance: QueueStore | undefined
+
+  /** The queue's statements, for what deleting a message of an ordering key entails (see `remove`). */
+  private get store(): QueueStore {
+    return (this.storeInstance ??= storeFor(this.storeChoice, cds.db, this.appid))
   }
 
   /** The condition that restricts a query on `cds.outbox.Messages` to this app's rows. */
@@ -183,9 +196,18 @@ export class OperatorQueries {
     return revived
   }
 
+  /** Deletes dead letters; a dead letter that held back its ordering key lets the key's next message run. */
   async remove(IDs: string[]): Promise<number> {
     let removed = 0
-    for (const some of chunks(IDs)) removed += await DELETE.from(MESSAGES).where({ ID: { in: some } }).and(this.deadLetters())
+    for (const some of chunks(IDs)) {
+      // Written before they are read (dead letters are not due anyway): on SQLite a transaction that reads first
+      // cannot wait for another process's writer and fails SQLITE_BUSY (the CLI beside a running app); on
+      // PostgreSQL it locks the rows as a SELECT … FOR UPDATE would.
+      await UPDATE(MESSAGES).set(NOT_DUE.cqn).where({ ID: { in: some } }).and(this.deadLetters())
+      const keyed = (await SELECT.from(MESSAGES).columns('orderingKey').where({ ID: { in: some } }).and(this.deadLetters())) as { orderingKey: string | null }[]
+      removed += await DELETE.from(MESSAGES).where({ ID: { in: some } }).and(this.deadLetters())
+      await this.store.promoteNext(keyed.map(r => r.orderingKey))
+    }
     return removed
   }
 

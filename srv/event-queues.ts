@@ -35,7 +35,7 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
 export default class EventQueuesService extends cds.ApplicationService {
   override async init(): Promise<void> {
     const { settings, runner } = eventQueues()
-    const queries = new OperatorQueries(settings.queues, settings.appid)
+    const queries = new OperatorQueries(settings.queues, settings.appid, settings.runner.store)
     requireRoles(this, settings.operatorRoles)
     // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
     const sample = () => cds.tx(() => queries.statistics()) as unknown as Promise<QueueStatistics[]>

@@ -233,6 +233,16 @@ describe('CAP contracts', () => {
         await client.end()
       }
     })
+
+    test("@cap-js/sqlite's factory reads the driver from db.options.driver or db.options.credentials.driver", async () => {
+      if (onPostgres()) return
+      const { configuredSqliteDriver } = require('../lib/cap/database-options')
+      const factory = cds.db.factory.create.toString()
+      expect(factory).toMatch(/this\.options\.driver \|\| this\.options\.credentials\?\.driver/)
+      // the suite configures none: @cap-js/sqlite picks its default driver
+      expect(configuredSqliteDriver(cds.db)).toBeUndefined()
+      expect(configuredSqliteDriver({ options: { credentials: { driver: 'sql.js' } } })).toBe('sql.js')
+    })
   })
 
   describe('implicit', () => {

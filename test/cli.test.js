@@ -1,7 +1,7 @@
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { APP, startApp, onPostgres } = require('./support/app')
+const { APP, startApp, onPostgres, onPortableStore } = require('./support/app')
 const { runCli } = require('./support/cli')
 const { waitFor } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
@@ -9,11 +9,13 @@ const cds = require('@sap/cds')
 
 /**
  * The CLI as an operator runs it: a separate process in the app's folder, on the app's database, while the app runs.
- * On PostgreSQL the app never polls (pollInterval 1h): a revived message that runs was woken by the CLI's signal.
+ * On PostgreSQL the app never polls (pollInterval 1h): a revived message that runs was woken by the CLI's signal. The
+ * portable store hears no signals (it runs what others revived at its next poll), so there it polls as on SQLite.
  */
+const signalled = onPostgres() && !onPortableStore()
 const USERS = { ops: { password: 'ops', roles: ['internal-user'] } }
 const app = startApp({
-  requires: { auth: { kind: 'mocked', users: USERS }, queue: { pollInterval: onPostgres() ? '1h' : '300ms' } },
+  requires: { auth: { kind: 'mocked', users: USERS }, queue: { pollInterval: signalled ? '1h' : '300ms' } },
   log: { levels: { odata: 'warn', error: 'error' } }
 })
 const ops = { auth: { username: 'ops', password: 'ops' } }

@@ -5,6 +5,8 @@ const path = require('path')
  * Boots the bench app (bench/app) in this process, as one of the contenders:
  * - 'plugin': cds-event-queues loaded through CDS_PLUGINS (the app's package.json does not list it, so the other
  *   run gets CAP's built-in queue from @sap/cds/srv/outbox and @sap/cds/libx/queue);
+ * - 'portable': the plugin with `store: 'portable'`: CQL only, the path every database without a fast path (SAP HANA)
+ *   runs, on the same SQLite file and PostgreSQL server;
  * - 'baseline': the same, from the built checkout at BENCH_BASELINE (another version of the plugin, to compare);
  * - 'cap': CAP's built-in queue, with legacyLocking: false (cds 9 defaults to true; false is CAP 10's behaviour and
  *   lets handler writes and the row deletion commit together, as the plugin always does).
@@ -27,9 +29,9 @@ function environment(impl, db, extra = {}) {
   const queue = impl === 'cap'
     ? { kind: 'persistent-queue', legacyLocking: false }
     // no timer-driven passes in the measurements: commits, flush() and NOTIFY drive the runner; BENCH_QUEUE adds options
-    : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}') }
+    : { pollInterval: '1h', ...JSON.parse(process.env.BENCH_QUEUE || '{}'), ...(impl === 'portable' ? { store: 'portable' } : {}) }
   const env = { ...process.env, ...extra, BENCH_IMPL: impl, CDS_CONFIG: JSON.stringify({ requires: { db, queue } }) }
-  const plugin = { plugin: REPO, baseline: process.env.BENCH_BASELINE }[impl]
+  const plugin = { plugin: REPO, portable: REPO, baseline: process.env.BENCH_BASELINE }[impl]
   if (plugin) env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(plugin, 'cds-plugin.js') } })
   else delete env.CDS_PLUGINS
   return env
@@ -55,4 +57,7 @@ async function serve(cds) {
   await cds.emit('served', cds.services)
 }
 
-module.exports = { REPO, APP, environment, boot, serve, impl: () => process.env.BENCH_IMPL }
+/** The contenders that are this plugin (its runner starts on 'served'), as opposed to CAP's built-in queue. */
+const isPlugin = impl => impl === 'plugin' || impl === 'portable' || impl === 'baseline'
+
+module.exports = { REPO, APP, environment, boot, serve, isPlugin, impl: () => process.env.BENCH_IMPL }

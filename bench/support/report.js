@@ -101,6 +101,36 @@ function postgresRows(results, config) {
   return out
 }
 
+/**
+ * The portable store (CQL only, a transaction per message, no NOTIFY) against the native one on the same database:
+ * what SAP HANA users get relative to the fast paths, measured in the same repetitions.
+ */
+function portableRows(config, results) {
+  const out = ['', '## Portable store against the native one', '', '| DB | Measure | native | portable | portable ÷ native |', '|---|---|---:|---:|---:|']
+  for (const kind of config.dbs) {
+    const runs = results.inProcess[kind] ?? {}
+    const figure = (measure, pick, format) => {
+      const a = med(runs.plugin, pick)
+      const b = med(runs.portable, pick)
+      out.push(`| ${kind} | ${measure} | ${format(a)} | ${format(b)} | ${times(b / a)} |`)
+    }
+    figure(`Drain ${config.messages.toLocaleString('en-US')}, no-op handler (msg/s)`, r => r.drainNoop.perSecond, rate)
+    figure(`Drain ${config.smallBacklog.toLocaleString('en-US')}, handler writes 1 row (msg/s)`, r => r.drainWrite.perSecond, rate)
+    figure('Enqueue tx, N=1, runner idle (ms)', r => r.enqueueIdle1.emit, ms)
+    figure('Enqueue tx, N=100, runner idle (ms)', r => r.enqueueIdle100.emit, ms)
+    figure('Commit → handler start, same process, p50 (ms)', r => r.latency.p50, ms)
+    figure('Commit → handler start, same process, p99 (ms)', r => r.latency.p99, ms)
+  }
+  for (const count of config.dbs.includes('postgres') ? config.scale : []) {
+    const a = med(results.scale.plugin?.[count], r => r.perSecond)
+    const b = med(results.scale.portable?.[count], r => r.perSecond)
+    out.push(`| postgres | Scale-out: ${count} process(es), drain ${config.messages.toLocaleString('en-US')} no-op (msg/s) | ${rate(a)} | ${rate(b)} | ${times(b / a)} |`)
+  }
+  out.push('', 'Commit → handler start across processes: the portable store has no wake-up (no NOTIFY), so another process',
+    'starts a message at its next poll (`pollInterval`, default 5 s); not measured (the bench polls every hour).')
+  return out
+}
+
 /** This version against BENCH_BASELINE's, measured in the same repetitions. */
 function baselineRows(baseline, config, results) {
   if (!baseline) return []
@@ -142,6 +172,7 @@ function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter,
     '|---|---|---:|---:|---:|---|---:|---:|',
     ...config.dbs.flatMap(kind => rows(kind, results, config)),
     ...(config.dbs.includes('postgres') ? postgresRows(results, config) : []),
+    ...portableRows(config, results),
     ...baselineRows(baseline, config, results),
     '',
     '## How to read it',

@@ -5,7 +5,7 @@ import { fitsNameColumn, messageDueAt, NAME_RULE, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
 import type { QueueInfo, QueueSettings } from '../interfaces'
 import type { EventQueues } from '../plugin'
-import type { Store } from '../store'
+import type { QueueStore } from '../store'
 import { checkCron, looksLikeCron, CRON_FORMS } from '../time/cron'
 import { DURATION_FORMS, parseDuration } from '../time/durations'
 import { firstRun } from '../time/recurrence'
@@ -54,7 +54,7 @@ export function taskIds(serviceName: string, task: string, app: string | undefin
  * (Re)schedules a task on its queue: upserts its row, due at its first run. CAP's row of the same task under CAP's
  * ambiguous ID goes, in the same transaction, so the task does not run twice.
  */
-export async function upsertTask(store: Store, queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): Promise<void> {
+export async function upsertTask(store: QueueStore, queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): Promise<void> {
   const due = firstRun(info, Date.now(), queue.timezone)
   const { ID, capId } = taskIds(encoded.service, info.task, appid)
   await store.upsertTask(messageDueAt(queue.name, encoded, due, info.task, ID))

@@ -4,7 +4,7 @@ import type cds from '@sap/cds'
  * CAP internal: a database service keeps its configuration in `db.options` (`credentials` as `cds.requires.db` has
  * them, incl. the names service bindings use on BTP, and `client` for driver options). The notifier opens a
  * connection of its own outside the pool with the same server, user and TLS. Contract: test/cap-contract.test.js
- * "database options".
+ * "database options". The SQLite driver is read where @cap-js/sqlite's factory reads it (lib/store/choose.ts).
  */
 
 interface PostgresCredentials {
@@ -33,4 +33,14 @@ export function postgresConnectionConfig(db: cds.DatabaseService): Record<string
     ssl: cr.ssl ?? (cr.sslrootcert ? { rejectUnauthorized: false, ca: cr.sslrootcert } : undefined),
     ...options.client
   }
+}
+
+/**
+ * The SQLite driver @cap-js/sqlite was told to load (`cds.requires.db.driver`, or inside `credentials`, as its
+ * factory reads it: 'better-sqlite3', 'node' or 'sql.js'); undefined when it picks one itself.
+ */
+export function configuredSqliteDriver(db: cds.DatabaseService): string | undefined {
+  const options = (db as unknown as { options?: { driver?: unknown; credentials?: { driver?: unknown } } }).options
+  const driver = options?.driver ?? options?.credentials?.driver
+  return typeof driver === 'string' ? driver : undefined
 }

@@ -2,13 +2,14 @@ import cds from '@sap/cds'
 
 /**
  * CAP internals about services: `srv.isDatabaseService` marks database services also where `instanceof` fails (two
- * copies of @sap/cds); a service's `@requires` is read from its definition by the protocol adapters after `init()`,
+ * copies of @sap/cds; or of @cap-js/db-service, as with cds 10, @cap-js/sqlite 3 and @cap-js/postgres 2, which brings
+ * db-service 2 of its own: its PostgresService is no `cds.DatabaseService` there); a service's `@requires` is read from its definition by the protocol adapters after `init()`,
  * so writing it there restricts the service exactly like a modelled `@requires`; CAP adds a method for each action of
  * an application service unless the service already has a method of that name, and skips one marked `_is_stub`.
  * Contract: test/cap-contract.test.js "services".
  */
 
-export function isDatabaseService(srv: cds.Service): boolean {
+export function isDatabaseService(srv: cds.Service): srv is cds.DatabaseService {
   return !!(srv as unknown as { isDatabaseService?: boolean }).isDatabaseService || srv instanceof cds.DatabaseService
 }
 

@@ -42,7 +42,7 @@ export async function openSession(streams: Streams): Promise<Session & { close()
   cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
   return {
-    queries: new OperatorQueries(settings.queues, settings.appid),
+    queries: new OperatorQueries(settings.queues, settings.appid, settings.runner.store),
     db: connected,
     streams,
     close: () => disconnect(connected)

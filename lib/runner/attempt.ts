@@ -1,6 +1,6 @@
 import { decode, type DecodedMessage } from '../codec'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
-import type { Store } from '../store'
+import type { QueueStore } from '../store'
 import { isDeadLetter } from '../store/rules'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { failed, succeeded } from './outcomes'
@@ -37,7 +37,7 @@ export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
  * The row is deleted in that same transaction, so the handler's database writes and the completion commit or
  * roll back together.
  */
-export async function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: Store, signal: AbortSignal): Promise<AttemptResult> {
+export async function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
   const prepared = prepare(row, queue)
   if (prepared.outcome) return prepared
   const message = prepared.message

@@ -3,7 +3,7 @@ import { contextWithTransaction, runInContext } from '../cap/contexts'
 import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
-import type { DatabaseTransaction, Store } from '../store'
+import type { BatchingStore, DatabaseTransaction } from '../store'
 import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
@@ -70,7 +70,7 @@ const TRANSACTION_TIME = 100
  * transactions as `TRANSACTION_TIME` allows; results in entry order. One after another: a batch is one of the
  * runner's `concurrency` slots.
  */
-export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, store: Store): Promise<AttemptResult[]> {
+export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, store: BatchingStore): Promise<AttemptResult[]> {
   const results: AttemptResult[] = new Array(entries.length)
   const ready: Ready[] = []
   entries.forEach((entry, index) => {
@@ -86,7 +86,7 @@ export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, 
 }
 
 /** Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. */
-async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: Store, results: AttemptResult[]): Promise<number> {
+async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<number> {
   const started = Date.now()
   let taken = 0
   const failedWith = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failed(error, entry.row, queue), message: entry.message })
@@ -162,7 +162,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
  * Dispatches one message in a service transaction of its own context (correlation id, headers, its own
  * `succeeded`/`failed` listeners), whose database transaction is its part of the shared one.
  */
-async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSettings, store: Store, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
+async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSettings, store: BatchingStore, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
   const { row, claim, message, signal } = entry
   const srv = (await serviceOf(message)) as Service & { tx(ctx: object): ServiceTx }
   const ctx = contextWithTransaction(contextFor(message), db)

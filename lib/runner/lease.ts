@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
-import type { Store } from '../store'
+import type { QueueStore } from '../store'
 import { LOG } from '../log'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
@@ -81,7 +81,7 @@ export class Renewals {
 
   constructor(
     private readonly timeout: number,
-    private readonly store: Store,
+    private readonly store: QueueStore,
     leaseUntil: number
   ) {
     this.heldUntil = leaseUntil

@@ -2,7 +2,7 @@ import cds from '@sap/cds'
 import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
-import { inOwnTransaction, type Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
 import { detached } from '../telemetry/spans'
@@ -13,7 +13,7 @@ const MAX_CLAIM_BACKOFF = 30_000
 
 /** What the loop needs of the runner it drives. */
 export interface LoopHost {
-  readonly store: Store
+  readonly store: QueueStore
   readonly owner: string
   readonly monitor: Monitor
   readonly slots: Slots

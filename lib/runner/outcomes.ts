@@ -3,7 +3,7 @@ import { newMessage, timestampAt, CorruptMessage, type DecodedMessage } from '..
 import { errorLine, isProgrammingError, isUnrecoverable, storedError } from '../failures'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
 import { isDeadLetter } from '../store/rules'
-import { inOwnTransaction, type Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
 import { backoffDelay } from '../time/backoff'
 import { nextRun } from '../time/recurrence'
 import { callbackFor } from './callbacks'
@@ -58,7 +58,7 @@ export async function succeeded(
   claim: Claim,
   message: DecodedMessage,
   queue: QueueSettings,
-  store: Store,
+  store: QueueStore,
   srv: cds.Service,
   result: unknown,
   complete: Completion = c => store.complete(c)
@@ -84,7 +84,7 @@ export async function recordOutcome(
   outcome: Outcome,
   message: DecodedMessage | undefined,
   queue: QueueSettings,
-  store: Store
+  store: QueueStore
 ): Promise<void> {
   if (outcome.kind === 'succeeded' || outcome.kind === 'lost') return
   const now = Date.now()
@@ -100,7 +100,7 @@ export async function recordOutcome(
   })
 }
 
-async function writeFailedCallback(queue: QueueSettings, message: DecodedMessage, error: unknown, store: Store): Promise<void> {
+async function writeFailedCallback(queue: QueueSettings, message: DecodedMessage, error: unknown, store: QueueStore): Promise<void> {
   let srv: cds.Service
   try {
     srv = cds.unqueued(await cds.connect.to(message.serviceName))

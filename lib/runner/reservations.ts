@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
-import { inOwnTransaction, type Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
 import type { Slots } from './slots'
 
@@ -24,7 +24,7 @@ export function enqueueLease(queue: QueueSettings): number {
 
 /** What claiming at enqueue needs of the runner. */
 export interface ReservationHost {
-  readonly store: Store
+  readonly store: QueueStore
   readonly owner: string
   readonly slots: Slots
   /** IDs of the messages written claimed at enqueue that have not started or gone back yet. */

@@ -5,7 +5,8 @@ import { Watchers } from '../cap/handlers'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
-import { inOwnTransaction, Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
+import { storeFor, usesPortableStore } from '../store/choose'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Loop, type ClaimStatus } from './loop'
@@ -24,15 +25,15 @@ export class Runner {
   /** Who claims: recorded in `claimedBy`, so an operator sees which process holds a message. */
   readonly owner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`
   readonly monitor = new Monitor()
-  readonly slots: Slots
+  slots: Slots
   readonly leases = new Set<Lease>()
   /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
   readonly reserved = new Set<string>()
   readonly abandoned = new Set<string>()
   readonly queues: QueueRegistry
-  private readonly loop: Loop
+  private loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
-  private storeInstance: Store | undefined
+  private storeInstance: QueueStore | undefined
   private watchers: Watchers | undefined
   private notifier: Notifier | undefined
   private stopped: Promise<void> | undefined
@@ -46,16 +47,28 @@ export class Runner {
     this.loop = new Loop(this, settings.runner)
   }
 
-  /** The store needs the database kind, known only once `cds.db` is connected. */
-  get store(): Store {
+  /** The store needs the database, known only once `cds.db` is connected (see store/choose.ts). */
+  get store(): QueueStore {
     if (!cds.db) throw new Error('cds-event-queues: no database connected (cds.db) for the persistent queue')
-    return (this.storeInstance ??= new Store(cds.db.kind, this.settings.appid, this.watchers))
+    return (this.storeInstance ??= storeFor(this.settings.runner.store, cds.db, this.settings.appid, this.watchers))
   }
 
-  /** The database service connected: what handlers it has now are its own (see `Watchers`). */
+  /**
+   * The database service connected: what handlers it has now are its own (see `Watchers`). A `store` option that
+   * does not fit the primary database fails its connect, so the app does not start.
+   */
   connected(db: cds.DatabaseService): void {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
     watchBatchConnections(db)
+    if (db !== cds.db && cds.db) return
+    const portable = usesPortableStore(this.settings.runner.store, db)
+    LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
+    // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
+    if (portable && !this.started && this.settings.runner.batchSize > 1) {
+      const runner = { ...this.settings.runner, batchSize: 1 }
+      this.slots = new Slots(runner.concurrency, 1)
+      this.loop = new Loop(this, runner)
+    }
   }
 
   /** Claims take the default queue's lease; queues with a `timeout` of their own adjust it before they run. */

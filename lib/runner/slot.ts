@@ -1,12 +1,13 @@
 import type { MessageRow, QueueSettings } from '../interfaces'
-import { inOwnTransaction, type Store } from '../store'
+import { inOwnTransaction, type QueueStore } from '../store'
+import { batches } from '../store/queue-store'
 import { claimOf } from '../store/rules'
 import { attempt, type AttemptResult } from './attempt'
 import { attemptBatch, type BatchEntry } from './batch'
 import { enqueueLease } from './reservations'
 import { AttemptAborted, Lease, Renewals } from './lease'
 import type { Monitor } from './monitor'
-import { interrupted, logOutcome, recordOutcome } from './outcomes'
+import { failed, interrupted, logOutcome, recordOutcome } from './outcomes'
 import { LOG } from '../log'
 
 /**
@@ -17,7 +18,7 @@ const SLOT_TIME = 1000
 
 /** What a slot needs of the runner it runs in. */
 export interface SlotHost {
-  readonly store: Store
+  readonly store: QueueStore
   readonly monitor: Monitor
   /** The lease every claim takes (the default queue's `timeout`). */
   readonly claimLease: number
@@ -78,17 +79,37 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   }
 }
 
-function attemptAll(store: Store, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
+function attemptAll(store: QueueStore, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
   if (entries.length === 1) {
     const { row, lease } = entries[0]
     lease.started = true
     return attempt(row, lease.claim, queue, store, lease.signal).then(result => [result])
   }
+  if (!batches(store)) return attemptInTurn(store, queue, entries)
   const batch: BatchEntry[] = entries.map(({ row, lease }) => {
     const start = () => !lease.signal.aborted && (lease.started = true)
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
   })
   return attemptBatch(batch, queue, store)
+}
+
+/**
+ * A slot's messages one after another, each in a transaction of its own: a store without savepoints (the portable
+ * one) cannot share one. A message handed back before its turn does not start.
+ */
+async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: Entry[]): Promise<AttemptResult[]> {
+  const results: AttemptResult[] = []
+  for (const entry of entries) {
+    const { row, lease } = entry
+    if (lease.signal.aborted) {
+      results.push({ outcome: failed(lease.signal.reason, row, queue) })
+      continue
+    }
+    lease.started = true
+    results.push(await attempt(row, lease.claim, queue, store, lease.signal))
+    lease.stop()
+  }
+  return results
 }
 
 /** Logs and writes what one message's attempt came to. */

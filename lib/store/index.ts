@@ -3,24 +3,20 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
-import { iso, messageRow, millis, newRow, type RawRow } from './rows'
+import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
-
-/** A dead letter the retention deleted, as an operator reads it in the log. */
-export interface DeletedMessage {
-  ID: string
-  target: string
-  service: string | null
-  event: string | null
-}
+import type { BatchingStore, Savepointed } from './queue-store'
 
 export type { DatabaseTransaction } from '../cap/transactions'
+
+/** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
+const RECONCILE_BATCH = 1000
 
 /**
  * Every statement the queue runs against `cds.outbox.Messages`, one method each. Statements run on the connection of
@@ -33,21 +29,19 @@ export function inOwnTransaction<T>(fn: () => Promise<T>): Promise<T> {
   return cds.tx(fn) as unknown as Promise<T>
 }
 
-/** One message's part of a transaction several messages share (see `Store.savepointed`). */
-export interface Savepointed {
-  /** The shared transaction as this message's handlers see it. */
-  tx: DatabaseTransaction
-  /** Undoes this message's statements, if it ran any. */
-  rollback(): Promise<void>
-  /** Keeps them, as part of the shared transaction. */
-  release(): Promise<void>
-}
+export type { BatchingStore, QueueStore, Savepointed } from './queue-store'
 
-export class Store {
+/** The native store: raw SQL on the driver connection of SQLite and PostgreSQL (see queue-store.ts). */
+export class Store implements BatchingStore {
   private readonly dialect: Dialect
   /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
   private readonly own: Fragment
   private readonly ownE: Fragment
+  /** The same for the rows `f` and `p` of the statements on held-back messages (see `promoteNext`, `parkedKeys`). */
+  private readonly ownF: Fragment
+  private readonly ownP: Fragment
+  /** Where the reconciliation's look at held-back keys continues (see `promoteOrphans`). */
+  private parkedAfter = ''
   /** This app's rows from before CAP had `appid` (see `oldRowsSql`), claimed while there are any. */
   private readonly old: Fragment | undefined
   private oldRowsLeft = true
@@ -65,6 +59,8 @@ export class Store {
     this.dialect = dialectFor(kind)
     this.own = ownRowsSql(appid)
     this.ownE = ownRowsSql(appid, 'e.')
+    this.ownF = ownRowsSql(appid, 'f.')
+    this.ownP = ownRowsSql(appid, 'p.')
     this.old = oldRowsSql(appid)
     this.side = this.dialect.renewsOutsideThePool ? new SideConnection() : undefined
   }
@@ -100,10 +96,16 @@ export class Store {
     return !!this.watchers?.watch(event, ENTITY)
   }
 
-  /** Writes a new message in the current transaction. */
+  /**
+   * Writes a new message in the current transaction. One with an ordering key is held back at once if an earlier
+   * message of its key is waiting (see `PARKED`); rows written through CAP are held back by the reconciliation.
+   */
   async insert(message: NewMessage): Promise<void> {
-    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, this.appid ?? null))
-    else await this.changes(statements.insert(message, this.appid ?? null))
+    const appid = this.appid ?? null
+    const { orderingKey } = message
+    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, appid))
+    else if (orderingKey) await this.changes(statements.insertKeyed(this.dialect, { ...message, orderingKey }, appid, this.ownE))
+    else await this.changes(statements.insert(message, appid))
     await this.signalOthers()
   }
 
@@ -195,15 +197,26 @@ export class Store {
 
   /** Deletes a processed row, in the handler's transaction; false if the claim was lost meanwhile. */
   async complete(claim: Claim): Promise<boolean> {
-    return (await this.changes(statements.complete([claim]))) === 1
+    return (await this.completeAll([claim])) === 1
   }
 
   /**
    * Deletes the rows of processed messages of one claim (a slot's) in one statement, each only while the claim holds
-   * it; the number deleted.
+   * it; the number deleted. The next message of each of their ordering keys becomes due in the same transaction.
    */
   async completeAll(claims: Claim[]): Promise<number> {
-    return this.changes(statements.complete(claims))
+    const deleted = await this.changes(statements.complete(claims))
+    if (deleted) await this.promoteNext(claims.map(c => c.orderingKey))
+    return deleted
+  }
+
+  /**
+   * The first message of each of `keys` becomes due if it was held back: where a message of the key was deleted or
+   * left its key, in the same transaction. A key whose first message is still in the table is left as it is.
+   */
+  async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
+    const distinct = distinctKeys(keys)
+    if (distinct.length) await this.changes(statements.promoteNext(distinct, this.ownF))
   }
 
   /**
@@ -228,7 +241,9 @@ export class Store {
    * not hold back its ordering key (`leaveKey`) leaves it: the key's later messages then run.
    */
   async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean> {
-    return (await this.changes(statements.fail(claim, attempts, lastError, dueAt, now, leaveKey, described))) === 1
+    const recorded = (await this.changes(statements.fail(claim, attempts, lastError, dueAt, now, leaveKey, described))) === 1
+    if (recorded && leaveKey) await this.promoteNext([claim.orderingKey])
+    return recorded
   }
 
   /**
@@ -278,9 +293,23 @@ export class Store {
     changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
+    changed += await this.changes(statements.park(this.own, this.ownE, skipLocked, RECONCILE_BATCH))
+    changed += await this.promoteOrphans()
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /**
+   * Held-back messages whose key has no earlier message any more become due: the safety net of `promoteNext`, for
+   * what it cannot see (see `parkedKeys`). Walks the held-back keys in portions, one index probe per key, so a pass
+   * costs the same with 10 or 100,000 held-back messages behind one key.
+   */
+  private async promoteOrphans(): Promise<number> {
+    const keys = await this.rows<{ key: string; first: string | null }>(statements.parkedKeys(this.ownP, this.ownF, this.parkedAfter, RECONCILE_BATCH))
+    this.parkedAfter = keys.length === RECONCILE_BATCH ? keys[keys.length - 1].key : ''
+    const firsts = keys.map(k => k.first).filter((ID): ID is string => !!ID)
+    return firsts.length ? this.changes(statements.unpark(firsts)) : 0
   }
 
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
@@ -342,7 +371,7 @@ export class Store {
     return Number.isNaN(next) ? undefined : next
   }
 
-  /** Per queue of this app: its messages by state and its relay lag at `now`, in one statement. */
+  /** See `QueueStore.queueStatistics`: one statement, one pass over the table. */
   async queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]> {
     type Row = { queue: string; pending: unknown; processing: unknown; dead: unknown; oldestDue: unknown }
     const rows = await this.rows<Row>(statements.queueStatistics(this.dialect, this.own, limits, now))
@@ -353,17 +382,13 @@ export class Store {
     })
   }
 
-  /**
-   * Deletes up to `limit` dead letters past their queue's retention at `now`, in the current transaction, skipping
-   * rows others hold; what it deleted (nothing if every queue keeps its dead letters).
-   */
+  /** See `QueueStore.deleteExpiredDeadLetters`: one statement that reads back what it deleted. */
   async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
     const expired = expiredSql(retentions, now)
     if (!expired) return []
     return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
   }
 
-  /** Reads nothing from the table, in the current transaction: fails if the database or the table is not there. */
   async ping(): Promise<void> {
     await this.rows(statements.ping())
   }

@@ -22,7 +22,7 @@ export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt' | 'in
   keyLocked?: unknown
 }
 
-export function messageRow({ orderingKey: _k, keyLocked: _l, ...r }: RawRow): MessageRow {
+export function messageRow({ keyLocked: _l, ...r }: RawRow): MessageRow {
   return { ...r, attempts: Number(r.attempts ?? 0), interrupted: Number(r.interrupted ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
 }
 
@@ -35,4 +35,9 @@ export function newRow(message: NewMessage, appid: string | null, claim?: Claim,
   const row: Record<string, unknown> = { ID, timestamp, target, msg, task: task ?? null, appid, dueAt: iso(dueAt), orderingKey: orderingKey ?? null, service: service ?? null, event: event ?? null }
   if (!claim) return row
   return { ...row, status: 'processing', claimedBy: claim.claimedBy, claimedAt: iso(claim.claimedAt), lastAttemptTimestamp: iso(claim.claimedAt), dueAt: iso(leaseUntil ?? claim.claimedAt) }
+}
+
+/** The ordering keys among `keys`, each once (rows without one have none to promote). */
+export function distinctKeys(keys: (string | null | undefined)[]): string[] {
+  return [...new Set(keys.filter((k): k is string => typeof k === 'string'))]
 }

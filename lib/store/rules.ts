@@ -50,6 +50,12 @@ export function oldRowsSql(appid: string | undefined, alias = ''): Fragment | un
   return { sql: `${alias}appid IS NULL AND ${alias}target LIKE ? ESCAPE '\\'`, params: [prefix + '%'] }
 }
 
+/** `oldRowsSql` as a CQN condition, for the portable store: CAP's `startswith` instead of LIKE, which needs no escaping. */
+export function oldRowsCqn(appid: string | undefined): Cqn | undefined {
+  if (!appid) return undefined
+  return { xpr: [ref('appid'), 'is', 'null', 'and', { func: 'startswith', args: [ref('target'), val(appid)] }] }
+}
+
 /** The service an old row is for when its `msg` does not say: its target without the app's prefix (CAP 10's rule). */
 export function serviceOfOldRow(target: string, appid: string | undefined): string {
   return appid && target.startsWith(appid) ? target.slice(appid.length) : target
@@ -123,29 +129,67 @@ export function expiredSql({ byRetention, otherwise }: Retentions, now: number):
     retention === undefined ? undefined : { sql: 'COALESCE(lastAttemptTimestamp, timestamp) < ?', params: [iso(now - retention)] })
 }
 
+/** `perTarget` as CQN: `term(value)` for the targets of each group, `term(otherwise)` for every other target. */
+function perTargetCqn<V>(groups: Map<V, string[]>, otherwise: V, term: (value: V) => unknown[] | undefined): Cqn | undefined {
+  const terms: unknown[] = []
+  const known: string[] = []
+  for (const [value, targets] of groups) {
+    known.push(...targets)
+    const t = term(value)
+    if (!t) continue
+    if (terms.length) terms.push('or')
+    terms.push({ xpr: [ref('target'), 'in', { list: targets.map(val) }, 'and', ...t] })
+  }
+  const rest = term(otherwise)
+  if (rest) {
+    if (terms.length) terms.push('or')
+    const others = known.length ? [ref('target'), 'not', 'in', { list: known.map(val) }, 'and'] : []
+    terms.push({ xpr: [...others, ...rest] })
+  }
+  return terms.length ? { xpr: terms } : undefined
+}
+
 /** `isDeadLetter` as a CQN condition over `attempts` and `target`; `dead: false` selects the rows that are not. */
 export function deadLettersCqn({ byLimit, otherwise }: AttemptLimits, dead = true): Cqn {
   const op = dead ? '>=' : '<'
-  const terms: unknown[] = []
-  const known: string[] = []
-  for (const [limit, targets] of byLimit) {
-    if (terms.length) terms.push('or')
-    terms.push({ xpr: [ref('target'), 'in', { list: targets.map(val) }, 'and', ref('attempts'), op, val(limit)] })
-    known.push(...targets)
-  }
-  if (terms.length) terms.push('or')
-  const others = known.length ? [ref('target'), 'not', 'in', { list: known.map(val) }, 'and'] : []
-  terms.push({ xpr: [...others, ref('attempts'), op, val(otherwise)] })
-  return { xpr: terms }
+  // every target has a limit, so the condition always exists
+  return perTargetCqn(byLimit, otherwise, limit => [ref('attempts'), op, val(limit)])!
+}
+
+/** `expiredSql` as CQN. */
+export function expiredCqn({ byRetention, otherwise }: Retentions, now: number): Cqn | undefined {
+  const lastTouched = { func: 'coalesce', args: [ref('lastAttemptTimestamp'), ref('timestamp')] }
+  return perTargetCqn(byRetention, otherwise, retention => (retention === undefined ? undefined : [lastTouched, '<', val(iso(now - retention))]))
 }
 
 /** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
 
+/**
+ * `dueAt` of a message held back behind an earlier message of its ordering key: past any claim's range, so claims
+ * never read it, however many there are. When its key's earlier messages are done, it becomes due at its `timestamp`
+ * (see `promoteNext`). A text literal, so partial indexes and the statements that use them agree on every database.
+ */
+export const PARKED = "'9999-12-31T00:00:00.000Z'"
+/** `PARKED` as a value, for CQL. */
+export const PARKED_AT = PARKED.slice(1, -1)
+
 /** What handing a claimed row back writes: nobody holds it. */
 export const UNCLAIMED = { sql: 'status = NULL, claimedBy = NULL, claimedAt = NULL', cqn: { status: null, claimedBy: null, claimedAt: null } } as const
 
+/**
+ * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them, as CQN (statements.heldBy is the same
+ * guard in SQL): every outcome is written only under it. The rows of one claim share owner and time.
+ */
+export function heldByCqn(claims: Claim[]): Cqn {
+  const { claimedBy, claimedAt } = claims[0]
+  return {
+    xpr: [ref('claimedBy'), '=', val(claimedBy), 'and', ref('claimedAt'), '=', val(new Date(claimedAt).toISOString()),
+      'and', ref('ID'), 'in', { list: claims.map(c => val(c.ID)) }]
+  }
+}
+
 /** The claim of `row` as `claimedBy` holds it. */
 export function claimOf(row: MessageRow, claimedBy: string): Claim {
-  return { ID: row.ID, claimedBy, claimedAt: row.claimedAt }
+  return { ID: row.ID, claimedBy, claimedAt: row.claimedAt, orderingKey: row.orderingKey ?? null }
 }

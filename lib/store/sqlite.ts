@@ -7,6 +7,7 @@ export const sqlite: Dialect = {
   skipLocked: '',
   // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
   isoText: column => column,
+  timestamp: value => value,
   indexesOf: table => `SELECT name AS "name" FROM sqlite_master WHERE type = 'index' AND tbl_name = '${table}'`,
   renewsOutsideThePool: false,
   execute: executeOnSqlite

@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
+import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -38,18 +38,35 @@ function runningOfKey(ownE: Fragment, now: string): Fragment {
 }
 
 /**
- * Whether row `r` may be claimed as far as its ordering key goes: it is unordered, or it is the first of its key (by
- * timestamp, then ID) and no other row of its key runs under a live lease. The second condition covers a row with an
- * earlier timestamp that commits after a later one of its key was claimed: it waits until that one has finished.
+ * The first row (by timestamp, then ID) of ordering key `key` (an expression), its `ID` and `timestamp`, as the rows
+ * `alias` of this app (`own`). An ordered probe of the key's index: a NOT EXISTS for an earlier row reads as much, but
+ * PostgreSQL plans it as a scan of the table once most keyed rows share one key (a backlog behind a failing head).
+ */
+function firstOfKey(key: string, alias: string, own: Fragment): Fragment {
+  return {
+    sql: `SELECT ${alias}.ID, ${alias}.timestamp FROM ${TABLE} ${alias} WHERE ${alias}.orderingKey = ${key} AND ${own.sql}
+      ORDER BY ${alias}.timestamp, ${alias}.ID LIMIT 1`,
+    params: own.params
+  }
+}
+
+/** Row `r` is the first of its ordering key (see `firstOfKey`). */
+function firstOfItsKey(ownE: Fragment): Fragment {
+  const first = firstOfKey('r.orderingKey', 'e', ownE)
+  return { sql: `r.ID = (SELECT ID FROM (${first.sql}) first)`, params: first.params }
+}
+
+/**
+ * Whether row `r` may be claimed as far as its ordering key goes: it is unordered, or it is the first of its key and
+ * no other row of its key runs under a live lease. The second condition covers a row with an earlier timestamp that
+ * commits after a later one of its key was claimed: it waits until that one has finished.
  */
 function keyIsFree(ownE: Fragment, now: string): Fragment {
   const running = runningOfKey(ownE, now)
+  const first = firstOfItsKey(ownE)
   return {
-    sql: `(r.orderingKey IS NULL OR (
-      NOT EXISTS (SELECT 1 FROM ${TABLE} e WHERE e.orderingKey = r.orderingKey AND ${ownE.sql}
-        AND (e.timestamp < r.timestamp OR (e.timestamp = r.timestamp AND e.ID < r.ID)))
-      AND NOT EXISTS (${running.sql})))`,
-    params: [...ownE.params, ...running.params]
+    sql: `(r.orderingKey IS NULL OR (${first.sql} AND NOT EXISTS (${running.sql})))`,
+    params: [...first.params, ...running.params]
   }
 }
 
@@ -63,6 +80,68 @@ function insertParams(message: NewMessage, appid: string | null): unknown[] {
 
 export function insert(message: NewMessage, appid: string | null): Fragment {
   return { sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (${INSERT_VALUES})`, params: insertParams(message, appid) }
+}
+
+/** A new message with an ordering key: held back (`PARKED`) if an earlier message of its key is in the table. */
+export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKey: string }, appid: string | null, ownE: Fragment): Fragment {
+  const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
+  const first = firstOfKey('?', 'e', ownE)
+  const earlier = `EXISTS (SELECT 1 FROM (${first.sql}) first WHERE first.timestamp < ? OR (first.timestamp = ? AND first.ID < ?))`
+  const due = `CASE WHEN ${earlier} THEN ${dialect.timestamp(PARKED)} ELSE ${dialect.timestamp('?')} END`
+  return {
+    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, ?, ${due}, ?, ?, ?)`,
+    params: [ID, timestamp, target, msg, task ?? null, appid, orderingKey, ...first.params, timestamp, timestamp, ID, iso(dueAt), orderingKey, service ?? null, event ?? null]
+  }
+}
+
+/**
+ * The first message of each of `keys` (by timestamp, then ID) becomes due at its `timestamp` if it was held back:
+ * run where a row of the key is done (deleted, or a dead letter leaving its key), in the same transaction.
+ */
+export function promoteNext(keys: string[], ownF: Fragment): Fragment {
+  const first = firstOfKey('?', 'f', ownF)
+  return {
+    sql: `UPDATE ${TABLE} SET dueAt = timestamp WHERE dueAt = ${PARKED} AND (${keys.map(() => `ID = (SELECT ID FROM (${first.sql}) first)`).join(' OR ')})`,
+    params: keys.flatMap(key => [key, ...first.params])
+  }
+}
+
+/**
+ * Reconciliation: holds back messages others wrote (CAP's runner, scripts, CQL handlers on the table) behind an
+ * earlier message of their key, at most `limit` per pass. Only rows never attempted: their due time is their
+ * `timestamp`, which `promoteNext` restores.
+ */
+export function park(own: Fragment, ownE: Fragment, skipLocked: string, limit: number): Fragment {
+  const first = firstOfItsKey(ownE)
+  return {
+    sql: `UPDATE ${TABLE} SET dueAt = ${PARKED} WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE r.orderingKey IS NOT NULL
+      AND r.dueAt < ${PARKED} AND r.status IS NULL AND r.attempts = 0 AND ${own.sql} AND NOT ${first.sql} LIMIT ? ${skipLocked})`,
+    params: [...own.params, ...first.params, limit]
+  }
+}
+
+/**
+ * Reconciliation: the keys of held-back messages after `after` (at most `limit`, in key order, one index probe
+ * each) with the first message of each key. Where that first message is itself held back, whatever made it the
+ * first (its predecessor deleted by a script or CAP's runner, a completion that committed beside the enqueue of the
+ * next message) was not seen by `promoteNext`.
+ */
+export function parkedKeys(ownP: Fragment, ownF: Fragment, after: string, limit: number): Fragment {
+  const next = `SELECT MIN(p.orderingKey) FROM ${TABLE} p WHERE p.dueAt = ${PARKED} AND ${ownP.sql} AND p.orderingKey >`
+  return {
+    sql: `WITH RECURSIVE parked (k, n) AS (
+        SELECT (${next} ?), 1
+        UNION ALL
+        SELECT (${next} parked.k), parked.n + 1 FROM parked WHERE parked.k IS NOT NULL AND parked.n < ?)
+      SELECT parked.k AS "key", (SELECT ID FROM (${firstOfKey('parked.k', 'f', ownF).sql}) first) AS "first"
+      FROM parked WHERE parked.k IS NOT NULL`,
+    params: [...ownP.params, after, ...ownP.params, limit, ...ownF.params]
+  }
+}
+
+/** Held-back rows `IDs` become due at their `timestamp`. */
+export function unpark(IDs: string[]): Fragment {
+  return { sql: `UPDATE ${TABLE} SET dueAt = timestamp WHERE dueAt = ${PARKED} AND ID IN (${IDs.map(() => '?').join(', ')})`, params: IDs }
 }
 
 /**
@@ -205,9 +284,9 @@ export function taskTimestamp(dialect: Dialect, ID: string): Fragment {
   return { sql: `SELECT ${dialect.isoText('timestamp')} AS "timestamp" FROM ${TABLE} WHERE ID = ?`, params: [ID] }
 }
 
-/** When the next row of this app becomes due (or a lease expires) after `after`. */
+/** When the next row of this app becomes due (or a lease expires) after `after`; held-back rows wait for their key. */
 export function nextDue(dialect: Dialect, own: Fragment, after: number): Fragment {
-  return { sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ?`, params: [...own.params, iso(after)] }
+  return { sql: `SELECT ${dialect.isoText('MIN(dueAt)')} AS "next" FROM ${TABLE} WHERE ${own.sql} AND dueAt > ? AND dueAt < ${PARKED}`, params: [...own.params, iso(after)] }
 }
 
 /**

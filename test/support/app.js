@@ -38,13 +38,24 @@ function suiteDatabase(dbFile) {
 }
 
 /**
+ * Options every suite's `cds.requires.queue` gets in this jest project (TEST_QUEUE, JSON): the "-portable" projects
+ * run the whole suite on the portable store (test/support/portable-env.js).
+ */
+function projectQueue() {
+  return process.env.TEST_QUEUE ? JSON.parse(process.env.TEST_QUEUE) : {}
+}
+
+/** Whether this jest project runs the portable store (CQL only: no NOTIFY wake-up, no savepoint batches). */
+const onPortableStore = () => projectQueue().store === 'portable'
+
+/**
  * Starts the test app (or `app`) with cds.test on its own database, with `config` merged over the app's
  * package.json. Must be called at the top of a suite, before cds.env is read. `dbFile`/`deploy: false` (a suite
  * preparing its SQLite file itself) are SQLite-only: such suites are named *.sqlite.test.js and do not run on PostgreSQL.
  */
 function startApp(config = {}, { dbFile, deploy = true, app = APP } = {}) {
   const { db, database } = suiteDatabase(dbFile)
-  process.env.CDS_CONFIG = JSON.stringify(merge({ requires: { db } }, config))
+  process.env.CDS_CONFIG = JSON.stringify(merge({ requires: { db, queue: projectQueue() } }, config))
   process.env.TEST_APP_DEPLOY = deploy ? 'yes' : 'no'
   const cds = require('@sap/cds')
   const test = cds.test(app)
@@ -53,4 +64,4 @@ function startApp(config = {}, { dbFile, deploy = true, app = APP } = {}) {
   return test
 }
 
-module.exports = { APP, CAPIRE_APP, startApp, newDatabaseFile, merge, onPostgres }
+module.exports = { APP, CAPIRE_APP, startApp, newDatabaseFile, merge, onPostgres, onPortableStore, projectQueue }

@@ -1,6 +1,7 @@
 const { fork } = require('child_process')
 const path = require('path')
 const { dbConfig } = require('./postgres')
+const { projectQueue } = require('./app')
 
 /**
  * Separate Node processes running the test app against one PostgreSQL database, for multi-instance suites.
@@ -10,7 +11,7 @@ const { dbConfig } = require('./postgres')
 /** `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private server). */
 function environment(database, { name, queue = {}, requires = {}, deploy = false, env = {} }) {
   const db = typeof database === 'string' ? dbConfig(database) : database
-  const config = { requires: { ...requires, db, queue } }
+  const config = { requires: { ...requires, db, queue: { ...projectQueue(), ...queue } } }
   return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 

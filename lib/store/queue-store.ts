@@ -1,0 +1,98 @@
+import type { DatabaseTransaction } from '../cap/transactions'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { AttemptLimits, Retentions } from './rules'
+import type { Described } from './statements'
+
+/**
+ * What the runner and the API use of a store: every statement the queue runs on `cds.outbox.Messages`, one method
+ * each, with the same guarantees whichever store runs them. Two implement it: the native store (index.ts, raw SQL on
+ * the driver connection of SQLite and PostgreSQL) and the portable store (portable.ts, CQL only, any database CAP
+ * runs on); choose.ts picks one. Statements run in the current transaction (`cds.context`), so an enqueue is part of
+ * the caller's transaction and a completion part of the handler's.
+ */
+export interface QueueStore {
+  /** The statement a dedicated connection runs to be told of new messages; undefined where only polling works. */
+  readonly listenStatement: string | undefined
+  /** Writes a new message in the current transaction. */
+  insert(message: NewMessage): Promise<void>
+  /** Writes a new message already claimed by `claim` until `leaseUntil` (claim at enqueue). */
+  insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void>
+  /** Writes a scheduled task, or replaces its row with failure state and claim reset. */
+  upsertTask(message: NewMessage): Promise<void>
+  /** Removes a scheduled task, whatever its state; the number of rows removed. */
+  unschedule(ID: string): Promise<number>
+  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
+  unscheduleIfTask(ID: string, task: string): Promise<number>
+  /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see Store.claim for the rules). */
+  claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[]): Promise<MessageRow[]>
+  /** Deletes a processed row while the claim holds it; false if it was lost. */
+  complete(claim: Claim): Promise<boolean>
+  /** Deletes the processed rows of one claim while it holds them; the number deleted. */
+  completeAll(claims: Claim[]): Promise<number>
+  /** Moves a completed occurrence of a recurring task to its next one; false if the claim is gone. */
+  recur(claim: Claim, timestamp: string, dueAt: Date): Promise<boolean>
+  /** Whether a task row still holds the occurrence claimed with this `timestamp` (epoch ms). */
+  holdsOccurrence(ID: string, timestamp: number): Promise<boolean>
+  /** Lets the next message of each ordering key in `keys` run, where it waits for an earlier one that is gone. */
+  promoteNext(keys: (string | null | undefined)[]): Promise<void>
+  /** Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. */
+  fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean>
+  /**
+   * Hands claimed rows back unprocessed, due at `dueAt` (default: their claim time); the number handed back. `alone`:
+   * they run alone from now on (they count as interrupted).
+   */
+  release(claims: Claim[], dueAt?: Date, alone?: boolean): Promise<number>
+  /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
+  interrupt(claims: Claim[]): Promise<void>
+  /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
+  held(claims: Claim[]): Promise<Set<string>>
+  /** Moves the leases of `claims` (of one claim) to `until`, in a transaction of its own; the IDs of those still held. */
+  renewAll(claims: Claim[], until: number): Promise<Set<string>>
+  /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
+  reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
+  /** The claims held in the names `owners` according to the table. */
+  claimsOf(owners: string[]): Promise<Claim[]>
+  /** When the next row becomes due (or a lease expires) after `after`; undefined if nothing is pending. */
+  nextDue(after: number): Promise<number | undefined>
+  /**
+   * Per queue of this app: its messages by state (parked rows of an ordering key are pending) and its relay lag at
+   * `now`, the age of its oldest message due by then, for the gauges and the health check.
+   */
+  queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]>
+  /**
+   * Deletes up to `limit` of this app's dead letters past their queue's retention at `now`, skipping rows another
+   * transaction holds; what it deleted (nothing if every queue keeps its dead letters).
+   */
+  deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]>
+  /** A statement that needs the database and the queue table and reads no row: fails if either is not there. */
+  ping(): Promise<void>
+  /** Creates the indexes the claim needs where the store can (idempotent). */
+  ensureIndexes(): Promise<void>
+  /** Closes what the store opened of its own. */
+  close(): Promise<void>
+}
+
+/** One message's part of a transaction several messages share (see `BatchingStore.savepointed`). */
+export interface Savepointed {
+  /** The shared transaction as this message's handlers see it. */
+  tx: DatabaseTransaction
+  /** Undoes this message's statements, if it ran any. */
+  rollback(): Promise<void>
+  /** Keeps them, as part of the shared transaction. */
+  release(): Promise<void>
+}
+
+/**
+ * A store that can run several messages in one transaction, a savepoint around each (batch.ts). CAP has no
+ * documented savepoint API, so only the native store is one; the portable store runs a transaction per message.
+ */
+export interface BatchingStore extends QueueStore {
+  /** The current transaction, for several messages to share. */
+  sharedTransaction(): DatabaseTransaction
+  /** The shared transaction as one message sees it: its statements in a savepoint `name` of their own. */
+  savepointed(shared: DatabaseTransaction, name: string): Savepointed
+}
+
+export function batches(store: QueueStore): store is BatchingStore {
+  return typeof (store as Partial<BatchingStore>).savepointed === 'function'
+}

@@ -1,0 +1,26 @@
+// Connects the test app to the database of CDS_CONFIG (run with cwd = test/app), starts the runner as serving does,
+// queues one message, flushes and prints as JSON which store ran it and what the handler saw. A start that fails
+// prints its error and exits 3.
+const cds = require('@sap/cds')
+
+;(async () => {
+  await cds.plugins
+  let db
+  try {
+    db = await cds.connect.to('db')
+  } catch (e) {
+    console.error(e.message)
+    process.exit(3)
+  }
+  await cds.deploy('*').to(db)
+  const srv = cds.unqueued(await cds.connect.to('Outboxed'))
+  const seen = []
+  srv.on('ping', req => void seen.push(req.data))
+  await cds.emit('served', cds.services)
+  await cds.tx(() => cds.queued(srv).emit('ping', { n: 1 }))
+  await cds.flush()
+  const { runner } = require('../../lib/plugin').eventQueues()
+  const left = (await SELECT.from('cds.outbox.Messages')).length
+  console.log(JSON.stringify({ store: runner.store.constructor.name, seen, left }))
+  await cds.shutdown()
+})()
