@@ -75,6 +75,24 @@ describe('metrics', () => {
     await DELETE.from(MESSAGES)
   })
 
+  test('a message parked behind the running head of its ordering key is pending, and its wait counts for the relay lag', async () => {
+    const { PARKED_AT } = require('../lib/store/rules')
+    const { runner, settings } = eventQueues()
+    const now = Date.now()
+    const later = iso(now + 3_600_000)
+    await INSERT.into(MESSAGES).entries([
+      // the key's head, running in another process
+      row('parked', { orderingKey: 'booking-1', timestamp: iso(now - 600_000), status: 'processing', claimedBy: 'another process', claimedAt: iso(now), lastAttemptTimestamp: iso(now), dueAt: later }),
+      // enqueued five minutes ago, waiting for the head: out of the claim's range, but not delayed
+      row('parked', { orderingKey: 'booking-1', timestamp: iso(now - 300_000), dueAt: PARKED_AT })
+    ])
+    const [snapshot] = (await cds.tx(() => runner.store.queueStatistics(settings.queues.attemptLimits(), Date.now()))).filter(q => q.queue === 'parked')
+    expect(snapshot).toMatchObject({ pending: 1, processing: 1, dead: 0 })
+    expect(snapshot.relayLag).toBeGreaterThanOrEqual(300)
+    expect(snapshot.relayLag).toBeLessThan(330)
+    await DELETE.from(MESSAGES)
+  })
+
   test('a queue statistics sample is reused within its interval, shared while it runs, and read again after it', async () => {
     const { QueueStatistics } = require('../lib/statistics')
     let now = 0
