@@ -124,6 +124,8 @@ export class Loop {
     }
     try {
       if (failed) throw failed
+      // planned only now: `plan` sets no timer while a pass runs, so a failed claim alone would wait for a wake-up
+      if (this.claimFailures) return this.plan(this.claimBackoff())
       if (!this.host.busy && !this.host.stopping) await this.idle()
     } catch (e) {
       LOG.error('a pass of the queue runner failed; the next one is planned:', e)
@@ -189,12 +191,15 @@ export class Loop {
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
   }
 
+  /** Counts a failed claim; the pass ends, and the next comes after `claimBackoff()` (see `pump`). */
   private claimFailed(error: unknown): void {
     this.claimFailures++
-    const delay = Math.min(MAX_CLAIM_BACKOFF, 100 * 2 ** this.claimFailures)
     const log = this.claimFailures === 1 ? LOG.error : LOG.warn
-    log(`claiming messages failed (${this.claimFailures}x), retrying in ${delay} ms:`, error)
-    this.plan(delay)
+    log(`claiming messages failed (${this.claimFailures}x), retrying in ${this.claimBackoff()} ms:`, error)
+  }
+
+  private claimBackoff(): number {
+    return Math.min(MAX_CLAIM_BACKOFF, 100 * 2 ** this.claimFailures)
   }
 
   /**
@@ -223,7 +228,6 @@ export class Loop {
 
   /** Nothing to claim and nothing running: tell flush() and plan the next pass. */
   private async idle(): Promise<void> {
-    if (this.claimFailures) return
     for (const resolve of this.idleWaiters.splice(0)) resolve()
     if (!this.host.started) return void this.host.monitor.emit('idle', { next: undefined })
     let next: number | undefined
