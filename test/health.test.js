@@ -65,6 +65,26 @@ describe('health', () => {
     await waitFor(async () => (await cds.queued.health()).status === 'UP', { what: 'the queue to be UP again' })
   })
 
+  test('while the queue table is gone, database and claims are DOWN; once it is back, UP again', async () => {
+    const away = () => cds.db.run('ALTER TABLE cds_outbox_Messages RENAME TO cds_outbox_Messages_away')
+    const back = () => cds.db.run('ALTER TABLE cds_outbox_Messages_away RENAME TO cds_outbox_Messages')
+    await waitFor(async () => (await cds.queued.health()).checks.claims.lastSucceededAt !== null, { what: 'a first claim' })
+    await away()
+    try {
+      const down = await waitFor(async () => {
+        const health = await cds.queued.health()
+        return health.checks.claims.failures > 0 && health
+      }, { what: 'a failed claim' })
+      expect(down.status).toBe('DOWN')
+      expect(down.checks.database).toEqual({ status: 'DOWN', error: expect.any(String) })
+      expect(down.checks.claims).toMatchObject({ status: 'DOWN', lastSucceededAt: expect.any(String) })
+    } finally {
+      await back()
+    }
+    // with nothing enqueued meanwhile: the runner's own retry after its backoff claims again
+    await waitFor(async () => (await cds.queued.health()).status === 'UP', { what: 'the queue to be UP again' })
+  })
+
   // Last: it stops the runner.
   test('a runner that has stopped is DOWN', async () => {
     await eventQueues().runner.stop()
