@@ -5,8 +5,9 @@ import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
 import { mountOpsPage } from './lib/ops/page'
-import { activate } from './lib/plugin'
+import { activate, queueObservations } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
+import { observeQueues } from './lib/telemetry/metrics'
 import { LOG } from './lib/log'
 
 // Wiring only: what the plugin does lives in lib/.
@@ -28,14 +29,20 @@ else {
   // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
   onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
+    if (plugin.settings.persistent) plugin.retention.start()
+    observeQueues(queueObservations(plugin))
   })
-  cds.on('shutdown', () => plugin.runner.stop())
+  cds.on('shutdown', () => {
+    observeQueues(undefined)
+    return plugin.runner.stop()
+  })
   cds.on('connect', srv => {
     if (!isDatabaseService(srv)) return
     survivePoolErrors(srv)
     plugin.runner.connected(srv)
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
-    // their connections until they finish or are handed back.
+    // their connections until they finish or are handed back, and a cleanup its connection until its batch is done.
     beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
+    beforeDisconnect(srv, () => plugin.retention.stop())
   })
 }

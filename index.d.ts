@@ -78,6 +78,11 @@ export interface QueueOptions {
    * runs as a probe, and its success resumes the queue. Default: none.
    */
   circuitBreaker?: { failures: number; probeInterval: Duration }
+  /**
+   * How long a dead letter is kept after its last attempt; then it is deleted (in small batches, logged and
+   * counted in the metrics). At least 1 s, e.g. `'30d'`. Default `false`: dead letters stay until an operator acts.
+   */
+  deadLetterRetention?: Duration | false
 }
 
 /** What a queued handler finds in `req.queue`. */
@@ -100,7 +105,10 @@ export interface QueueMessageInfo {
 /** A queued proxy of a service: `emit`, `send`, `run` persist the call and resolve to `undefined`. */
 export type QueuedService<S extends Service = Service> = S & {
   /** The effective options of the service's queue. */
-  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'>
+  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey' | 'deadLetterRetention'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'> & {
+    /** In ms; undefined: dead letters are kept. */
+    deadLetterRetention: number | undefined
+  }
   readonly outboxed: QueuedService<S>['queued']
   flush(): Promise<void>
 }
@@ -118,9 +126,42 @@ export interface ScheduleBuilder extends PromiseLike<void> {
   as(name: string): ScheduleBuilder
 }
 
+/** Options of `cds.queued.health(options)`. */
+export interface HealthOptions {
+  /** DOWN when a queue's oldest due message has waited longer than this. Default: the lag is not checked. */
+  maxLag?: Duration
+  /** How long the database (and the statistics behind `maxLag`) may take to answer. Default '2s'. */
+  timeout?: Duration
+}
+
+export type HealthStatus = 'UP' | 'DOWN'
+
+/** The queue's readiness in this process: UP when every check is UP. Errors are named by their code only. */
+export interface QueueHealth {
+  status: HealthStatus
+  /** None with `cds.requires.queue: false` (nothing is stored, nothing runs in the background). */
+  checks: {
+    /** The runner has started (once the app listens) and is not shutting down. */
+    runner?: { status: HealthStatus }
+    /** The database answers a statement on the queue table within `timeout`; `latency` in ms. */
+    database?: { status: HealthStatus; latency?: number; error?: string }
+    /** The runner's last claim succeeded; `failures`: claims failed in a row since `lastSucceededAt` (ISO). */
+    claims?: { status: HealthStatus; lastSucceededAt: string | null; failures: number }
+    /** With `maxLag`: the largest relay lag of any queue (seconds, as of `sampledAt`), which queue, and the limit. */
+    lag?: { status: HealthStatus; relayLag: number | null; maxLag: number; queue: string | null; sampledAt: string | null; error?: string }
+  }
+}
+
+/** `cds.queued` (and `cds.outboxed`): queues a service; `.health()` tells whether the queue works in this process. */
+export interface Queued {
+  <S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
+  /** The queue's readiness, for the app's health or readiness endpoint (see the README's "Health"). */
+  health(options?: HealthOptions): Promise<QueueHealth>
+}
+
 export interface EventQueues {
-  queued<S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
-  outboxed<S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
+  queued: Queued
+  outboxed: Queued
   unqueued<S extends Service>(srv: S | QueuedService<S>): S
   unboxed<S extends Service>(srv: S | QueuedService<S>): S
   /** Processes every processable message until none is left; never rejects for handler failures. */

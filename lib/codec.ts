@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
-import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage } from './interfaces'
+import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage, TraceContext } from './interfaces'
 
 /**
  * The message codec: a request or event ⇄ the JSON in `cds.outbox.Messages.msg`, in the shape CAP's built-in
@@ -107,8 +107,10 @@ function eventOf(req: Dispatchable): string | undefined {
   return event?.slice(0, 255)
 }
 
-export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule): Encoded {
+/** `traceContext`: the trace the message's handler continues (see lib/telemetry), stored beside CAP's fields. */
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule, traceContext?: TraceContext): Encoded {
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
+  if (traceContext) msg.traceContext = traceContext
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
   if (msg.headers) msg.headers = withoutSecrets(msg.headers, secretHeader)
@@ -137,6 +139,7 @@ export interface DecodedMessage {
   context: StoredContext
   request: Dispatchable
   fromSend: boolean
+  traceContext?: TraceContext
 }
 
 export class CorruptMessage extends QueueError {
@@ -154,12 +157,19 @@ export function decode(json: string, target: string): DecodedMessage {
     throw new CorruptMessage(`msg is not valid JSON (${(e as Error).message})`)
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new CorruptMessage('msg is not a JSON object')
-  const { [INTERNAL_USER]: userId, service, context, _fromSend, ...rest } = parsed as StoredMessage
+  const { [INTERNAL_USER]: userId, service, context, _fromSend, traceContext, ...rest } = parsed as StoredMessage
   const request = rest as Dispatchable
   if (!request.event && !request.query) throw new CorruptMessage('msg has neither an event nor a query')
   if (request.query) request.query = (cds.ql as unknown as (cqn: object) => object)(request.query as object)
   // Rows of old CAP versions carry no `service`: their target was the service name.
-  return { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend }
+  return { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend, traceContext: storedTraceContext(traceContext) }
+}
+
+/** A stored trace context as far as it has the right shape; anything else is ignored, never a corrupt message. */
+function storedTraceContext(value: unknown): TraceContext | undefined {
+  const { traceparent, tracestate } = (value ?? {}) as Record<string, unknown>
+  if (typeof traceparent !== 'string') return undefined
+  return typeof tracestate === 'string' ? { traceparent, tracestate } : { traceparent }
 }
 
 /** The last timestamp issued for the present: messages enqueued one after another must get increasing timestamps. */

@@ -87,6 +87,24 @@ function secretHeader(raw: Raw, where: string): HeaderRule {
   return secretHeaderRule(secret, keep)
 }
 
+/** The shortest dead-letter retention: below it, a dead letter would be gone before anyone could look at it. */
+const MIN_RETENTION = 1000
+
+/** How long a queue keeps its dead letters (ms); `false`, the default, keeps them until an operator acts: undefined. */
+function deadLetterRetention(raw: Raw, where: string): number | undefined {
+  const value = raw.deadLetterRetention ?? false
+  if (value === false) return undefined
+  const allowed = `a duration of at least ${MIN_RETENTION / 1000} s such as '30d', or false to keep dead letters`
+  let ms: number
+  try {
+    ms = parseDuration(value, `${where}.deadLetterRetention`)
+  } catch {
+    throw invalid(`${where}.deadLetterRetention`, value, allowed)
+  }
+  if (ms < MIN_RETENTION) throw invalid(`${where}.deadLetterRetention`, value, allowed)
+  return ms
+}
+
 const DEAD_LETTER_ORDERING: DeadLetterOrdering[] = ['continue', 'block']
 
 function orderingOnDeadLetter(raw: Raw, where: string): DeadLetterOrdering {
@@ -142,10 +160,10 @@ function circuitBreaker(raw: Raw, where: string): CircuitBreakerSettings | undef
 const QUEUE_KEYS = [
   'maxAttempts', 'timeout', 'handlerTimeout', 'maxMessageSize', 'backoff', 'storeLastError', 'maxErrorLength',
   'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders',
-  'rateLimit', 'circuitBreaker'
+  'rateLimit', 'circuitBreaker', 'deadLetterRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
-const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'store']
+const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval', 'store']
 /** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
 const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
 /** The keys of the options that are objects, canonicalised like the options themselves. */
@@ -242,7 +260,8 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
     secretHeader: secretHeader(raw, where),
     rateLimit: rateLimit(raw, where),
-    circuitBreaker: circuitBreaker(raw, where)
+    circuitBreaker: circuitBreaker(raw, where),
+    deadLetterRetention: deadLetterRetention(raw, where)
   }
 }
 
@@ -262,6 +281,7 @@ export function compileRunner(raw: Raw): RunnerSettings {
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
     chunkSize: integer(raw, 'chunkSize', where, 500, 1, 10000),
     batchSize: integer(raw, 'batchSize', where, 50, 1, 1000),
+    statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000),
     store: storeChoice(raw, where)
   }
 }

@@ -56,6 +56,8 @@ export interface QueueSettings {
   secretHeader: HeaderRule
   rateLimit: RateLimitSettings | undefined
   circuitBreaker: CircuitBreakerSettings | undefined
+  /** How long a dead letter is kept after its last attempt before the retention deletes it; undefined = kept. */
+  deadLetterRetention: number | undefined
 }
 
 /** Whether a header of a queued call carries a credential, so that it is not stored. */
@@ -85,8 +87,31 @@ export interface RunnerSettings {
    * around each; 1 = a transaction per message. A claim is spread over the free slots first.
    */
   batchSize: number
+  /**
+   * How long the queue statistics behind the metrics' gauges and the health check's lag are reused (ms): one
+   * statistics query per interval, however often they are read.
+   */
+  statisticsInterval: number
   /** Which store runs the queue's statements (see lib/store/choose.ts). */
   store: StoreChoice
+}
+
+/** A dead letter the retention deleted, as an operator reads it in the log. */
+export interface DeletedMessage {
+  ID: string
+  target: string
+  service: string | null
+  event: string | null
+}
+
+/** One queue's messages at one moment, as one statistics query counted them. */
+export interface QueueSnapshot {
+  queue: string
+  pending: number
+  processing: number
+  dead: number
+  /** Seconds the queue's oldest due message had been waiting. */
+  relayLag: number
 }
 
 /**
@@ -155,6 +180,15 @@ export interface QueueInfo {
   [key: string]: unknown
 }
 
+/**
+ * The W3C trace context (https://www.w3.org/TR/trace-context/) of the span that enqueued a message: its handler's
+ * span continues that trace. Not a secret: it identifies a trace, it grants nothing.
+ */
+export interface TraceContext {
+  traceparent: string
+  tracestate?: string
+}
+
 /** The JSON in `cds.outbox.Messages.msg`; the same shape CAP's built-in queue writes. */
 export interface StoredMessage {
   'cds.internal.user'?: string
@@ -172,6 +206,8 @@ export interface StoredMessage {
   entity?: string
   inbound?: unknown
   results?: unknown
+  /** The plugin's addition: CAP's runner ignores it (it becomes an unused property of the event it dispatches). */
+  traceContext?: TraceContext
   [key: string]: unknown
 }
 

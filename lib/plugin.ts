@@ -1,18 +1,44 @@
+import cds from '@sap/cds'
+import { Health } from './health'
+import { Retention, type InTenant } from './retention'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
+import { QueueStatistics } from './statistics'
+import type { QueueObservations } from './telemetry/metrics'
 
-/** The plugin in this process: its settings, compiled once when cds loads it, and the runner built on them. */
+/** The plugin in this process: its settings, compiled once when cds loads it, and what runs on them. */
 export interface EventQueues {
   readonly settings: Settings
   readonly runner: Runner
+  /** The queue statistics behind the metrics' gauges and the health check's lag: one query per interval. */
+  readonly statistics: QueueStatistics
+  /** Deletes dead letters past their queue's `deadLetterRetention`. */
+  readonly retention: Retention
+  /** `cds.queued.health()`. */
+  readonly health: Health
 }
 
 let active: EventQueues | undefined
 
+/** A transaction of its own in the database of `tenant`, detached from any caller's. */
+const inTenant: InTenant = (tenant, fn) => cds.tx({ tenant }, fn) as unknown as ReturnType<typeof fn>
+
 /** Compiles the settings from `env` and creates the runner; called once, by cds-plugin.ts. */
 export function activate(env: Environment): EventQueues {
   const settings = compileSettings(env)
-  return (active = { settings, runner: new Runner(settings) })
+  const runner = new Runner(settings)
+  const tenants = () => runner.tenants.all
+  const statistics = new QueueStatistics(
+    (tenant, now) => inTenant(tenant, () => runner.store.queueStatistics(settings.queues.attemptLimits(), now)),
+    settings.runner.statisticsInterval
+  )
+  const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
+  return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics, tenants) })
+}
+
+/** What the queue gauges report: the statistics of every tenant this process looks after. */
+export function queueObservations(plugin: EventQueues): QueueObservations {
+  return () => Promise.all(plugin.runner.tenants.all.map(async tenant => ({ tenant, queues: (await plugin.statistics.current(tenant)).queues })))
 }
 
 /**

@@ -1,7 +1,7 @@
 import { canonical, compileQueue, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
 import { invalid } from './errors'
 import type { QueueSettings } from './interfaces'
-import { serviceOfOldRow, type AttemptLimits } from './store/rules'
+import { serviceOfOldRow, type AttemptLimits, type Retentions } from './store/rules'
 import { LOG } from './log'
 
 /**
@@ -93,14 +93,27 @@ export class QueueRegistry {
    * targets whose queue allows as many attempts as the default queue need no entry of their own.
    */
   attemptLimits(): AttemptLimits {
-    const otherwise = this.defaultQueue.maxAttempts
-    const byLimit = new Map<number, string[]>()
+    const { byValue, otherwise } = this.grouped(queue => queue.maxAttempts)
+    return { byLimit: byValue, otherwise }
+  }
+
+  /** The dead-letter retention of every target known so far, grouped as `attemptLimits` groups the limits. */
+  retentions(): Retentions {
+    const { byValue, otherwise } = this.grouped(queue => queue.deadLetterRetention)
+    return { byRetention: byValue, otherwise }
+  }
+
+  /** The targets whose queue's `value` differs from the default queue's, by value; `otherwise` the default's. */
+  private grouped<V>(value: (queue: QueueSettings) => V): { byValue: Map<V, string[]>; otherwise: V } {
+    const otherwise = value(this.defaultQueue)
+    const byValue = new Map<V, string[]>()
     for (const [target, queue] of [...this.byService, ...this.byName]) {
-      if (queue.maxAttempts === otherwise) continue
-      const targets = byLimit.get(queue.maxAttempts) ?? []
+      const v = value(queue)
+      if (v === otherwise) continue
+      const targets = byValue.get(v) ?? []
       if (!targets.includes(target)) targets.push(target)
-      byLimit.set(queue.maxAttempts, targets)
+      byValue.set(v, targets)
     }
-    return { byLimit, otherwise }
+    return { byValue, otherwise }
   }
 }

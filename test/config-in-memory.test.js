@@ -16,6 +16,10 @@ describe('cds.requires.queue: false', () => {
     expect(cds.model.definitions['cds.outbox.Messages']).toBeUndefined()
   })
 
+  test('the health check is UP with no checks: nothing is stored, nothing runs in the background', async () => {
+    expect(await cds.queued.health({ maxLag: '1m' })).toEqual({ status: 'UP', checks: {} })
+  })
+
   // CAP awaits a transaction's 'succeeded' listeners before cds.tx() resolves, so the in-memory dispatch is over then.
   test('a queued call runs once, after commit, not during the transaction', async () => {
     await cds.tx(async () => {

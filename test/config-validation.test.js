@@ -33,7 +33,10 @@ describe('configuration validation', () => {
     [{ slowQueue: { rateLimit: 100 } }, "Invalid cds.requires.slowQueue.rateLimit: 100. Expected an object { count, per } like { count: 100, per: '1m' }, or false."],
     [{ queue: { rateLimit: { count: 0, per: '1s' } } }, 'Invalid cds.requires.queue.rateLimit.count: 0. Expected an integer >= 1.'],
     [{ queue: { circuitBreaker: { failures: 5 } } }, 'Invalid cds.requires.queue.circuitBreaker: {"failures":5}. Expected an object { failures, probeInterval }'],
-    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { circuitBreaker: { failures: 5, probeInterval: 'often' } } } }, 'Invalid cds.requires.OwnQueue.outboxed.circuitBreaker.probeInterval: "often"']
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { circuitBreaker: { failures: 5, probeInterval: 'often' } } } }, 'Invalid cds.requires.OwnQueue.outboxed.circuitBreaker.probeInterval: "often"'],
+    [{ queue: { deadLetterRetention: '500ms' } }, `Invalid cds.requires.queue.deadLetterRetention: "500ms". Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
+    [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { deadLetterRetention: true } } }, `Invalid cds.requires.OwnQueue.outboxed.deadLetterRetention: true. Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
+    [{ queue: { deadLetterRetention: 'a month' } }, `Invalid cds.requires.queue.deadLetterRetention: "a month". Expected a duration of at least 1 s`]
   ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
@@ -75,5 +78,12 @@ describe('configuration validation', () => {
     expect(() => cds.queued(undefined)).toThrow('Invalid argument of cds.queued(srv): undefined')
     const srv = await cds.connect.to('Plain')
     expect(() => cds.queued(srv, 'fast')).toThrow('Invalid options of cds.queued(srv, options): "fast". Expected an object of queue options.')
+  })
+
+  test('cds.queued.health with a bad option fails clearly, naming option, value and what is allowed', async () => {
+    await expect(cds.queued.health({ maxLag: 'soon' })).rejects.toThrow('Invalid maxLag of cds.queued.health(options): "soon". Expected a number of milliseconds >= 0, or a string like')
+    await expect(cds.queued.health({ timeout: 0 })).rejects.toThrow('Invalid timeout of cds.queued.health(options): 0. Expected a duration of at least 1 ms.')
+    await expect(cds.queued.health({ maxlag: '5m' })).rejects.toThrow(`Invalid option of cds.queued.health(options): "maxlag". Expected 'maxLag' or 'timeout'.`)
+    await expect(cds.queued.health('5m')).rejects.toThrow(`Invalid options of cds.queued.health(options): "5m". Expected an object like { maxLag: '5m' }.`)
   })
 })

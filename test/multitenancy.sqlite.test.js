@@ -115,6 +115,13 @@ describe('multitenancy: a database per tenant', () => {
     expect(await inTenant('t1', () => SELECT.from(MESSAGES).where({ task: 'tick' }))).toEqual([])
   })
 
+  test("the health check pings MTX's own tenant, where the register lives, and takes the lag of every tenant", async () => {
+    const health = await cds.queued.health({ maxLag: '1h' })
+    expect(health.checks.database).toMatchObject({ status: 'UP' })
+    expect(health.checks.lag).toMatchObject({ status: 'UP' })
+    expect(health.status).toBe('UP')
+  })
+
   // lib/cap/mtxs.ts: what the runner relies on of @sap/cds-mtxs (the contract of that adapter)
   test('cap contract "mtxs": subscribed tenants without t0; t0 has CAP\'s table without the plugin\'s columns, and takes a row of just those', async () => {
     const { subscribedTenants, insertIntoMetaTenant } = require('../lib/cap/mtxs')

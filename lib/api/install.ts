@@ -28,7 +28,8 @@ function defineOnServices(name: string, make: (srv: cds.Service) => unknown): vo
  * queues services configured `outboxed` by calling `cds.queued`, so it gets this one too.
  */
 export function installApi(plugin: EventQueues): void {
-  const queue = (srv: unknown, opts?: unknown) => queued(plugin, srv, opts)
+  // `cds.queued.health()`: the queue's readiness, for the app's health endpoint.
+  const queue = Object.assign((srv: unknown, opts?: unknown) => queued(plugin, srv, opts), { health: (options?: unknown) => plugin.health.check(options) })
   // `cds.flush()`: CAP's arguments are accepted and ignored; every queue is processed until none is left.
   const flush = () => plugin.runner.flush()
   define('queued', queue)

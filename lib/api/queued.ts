@@ -1,13 +1,14 @@
 import cds from '@sap/cds'
 import { isDatabaseService } from '../cap/services'
-import { assertSize, decode, encode, newMessage, type Dispatchable } from '../codec'
+import { assertSize, decode, encode, newMessage, type Dispatchable, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
-import type { QueueSettings } from '../interfaces'
+import type { QueueSettings, TraceContext } from '../interfaces'
 import { orderingKeyOf } from '../ordering'
 import type { EventQueues } from '../plugin'
 import type { Runner } from '../runner/runner'
 import { dispatchNow } from '../runner/dispatch'
 import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
+import { sending } from '../telemetry/spans'
 import { upsertTask } from './schedule'
 import { LOG } from '../log'
 
@@ -67,9 +68,20 @@ export function unqueued<T>(srv: T): T {
 
 async function enqueue(plugin: EventQueues, original: Service, queue: QueueSettings, req: Dispatchable): Promise<undefined> {
   const context = ((req as { context?: Context }).context ?? cds.context) as unknown as Context & Parameters<typeof encode>[1]
-  const encoded = encode(req, context, original.name, queue.secretHeader)
+  if (!queue.persistent || !cds.db) return keepInMemory(context, storable(req, context, original, queue).msg, queue.name)
+  // The handler's span continues the trace of this enqueue (see lib/telemetry).
+  return sending(queue.name, context.tenant, traceContext => persist(plugin, queue, req, context, storable(req, context, original, queue, traceContext)))
+}
+
+/** The request as its row stores it, refused at the call if it is too large. */
+function storable(req: Dispatchable, context: Parameters<typeof encode>[1], original: Service, queue: QueueSettings, traceContext?: TraceContext): Encoded {
+  const encoded = encode(req, context, original.name, queue.secretHeader, traceContext)
   assertSize(encoded.msg, queue.maxMessageSize, req.event)
-  if (!queue.persistent || !cds.db) return keepInMemory(context, encoded.msg, queue.name)
+  return encoded
+}
+
+/** Writes the row in the caller's transaction: a task's upserted, a message claimed at enqueue where it can be. */
+async function persist(plugin: EventQueues, queue: QueueSettings, req: Dispatchable, context: Context, encoded: Encoded): Promise<undefined> {
   const { runner } = plugin
   const task = req.queue?.task
   markTenant(runner, context)

@@ -2,7 +2,7 @@ import { decode, type DecodedMessage } from '../codec'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
 import type { QueueStore } from '../store'
 import { isDeadLetter } from '../store/rules'
-import { dispatchInTx, runtimeInfo } from './dispatch'
+import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { failed, succeeded } from './outcomes'
 
 /** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
@@ -42,8 +42,8 @@ export async function attempt(row: MessageRow, claim: Claim, queue: QueueSetting
   if (prepared.outcome) return prepared
   const message = prepared.message
   try {
-    await dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
-      succeeded(row, claim, message, queue, store, srv, result))
+    await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
+      succeeded(row, claim, message, queue, store, srv, result)))
     return { outcome: { kind: 'succeeded' }, message }
   } catch (error) {
     return { outcome: failed(error, row, queue), message }

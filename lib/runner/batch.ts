@@ -6,7 +6,7 @@ import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { BatchingStore, DatabaseTransaction } from '../store'
 import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
-import { contextFor, eventFor, runtimeInfo, serviceOf, type Service } from './dispatch'
+import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
 import { failed, succeeded } from './outcomes'
 import { LOG } from '../log'
 
@@ -168,10 +168,10 @@ async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSetting
   const ctx = contextWithTransaction(contextFor(message), db)
   const tx = srv.tx(ctx)
   try {
-    await runInContext(ctx, async () => {
+    await traced(row, message, () => runInContext(ctx, async () => {
       const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal)))
       await succeeded(row, claim, message, queue, store, srv as unknown as cds.Service, result, complete)
-    })
+    }))
   } catch (error) {
     await tx.rollback(error).catch(() => {})
     throw error

@@ -31,10 +31,12 @@ export function callbackFor(
   const { after: _a, every: _e, task: _t, ...queue } = request.queue ?? {}
   const callback: Dispatchable = { ...request, event, results, queue, _fromSend: message.fromSend }
   const context = { ...message.context, user: { id: message.userId } }
+  // A callback continues the trace of the message it reports on.
+  const { traceContext } = message
   try {
-    return encode(callback, context, message.serviceName, secretHeader)
+    return encode(callback, context, message.serviceName, secretHeader, traceContext)
   } catch {
     // A result that is not JSON must not undo a successful message: the callback gets no result instead.
-    return encode({ ...callback, results: undefined }, context, message.serviceName, secretHeader)
+    return encode({ ...callback, results: undefined }, context, message.serviceName, secretHeader, traceContext)
   }
 }

@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
+import { processing } from '../telemetry/spans'
 
 /**
  * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
@@ -67,6 +68,11 @@ export async function dispatchInTx(
     const result = await tx.dispatch(eventFor(message, runtime))
     await inTx(srv as unknown as cds.Service, result)
   })
+}
+
+/** Runs one attempt of a claimed message in its trace: the span of its handler continues the trace of its enqueue. */
+export function traced<T>(row: MessageRow, message: DecodedMessage, run: () => Promise<T>): Promise<T> {
+  return processing(row.target, { ID: row.ID, tenant: message.context.tenant, traceContext: message.traceContext }, run)
 }
 
 /** Runs a message once, now, without a row (the in-memory queue). */

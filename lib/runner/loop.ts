@@ -7,6 +7,7 @@ import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
+import { detached } from '../telemetry/spans'
 import { LOG } from '../log'
 
 /** What the loop needs of the runner it drives. */
@@ -34,6 +35,13 @@ export interface LoopHost {
   handBack(rows: MessageRow[], claimedBy: string): Promise<void>
 }
 
+export interface ClaimStatus {
+  /** Epoch ms; undefined before the first claim. */
+  lastSucceededAt: number | undefined
+  /** Claims that failed in a row since (0: the last one succeeded). */
+  failures: number
+}
+
 interface Limits {
   pollInterval: number
   chunkSize: number
@@ -56,6 +64,7 @@ export class Loop {
   private readonly reconciledAt = new Map<Tenant, number>()
   /** The tenants looked into since the last idle time, with when (for `idle`). */
   private readonly looked = new Map<Tenant, number>()
+  private lastClaimSucceededAt: number | undefined
   private idleWaiters: (() => void)[] = []
   /** Tenants whose indexes were checked in this process (a tenant's database gets them at its first look). */
   private readonly indexed = new Set<Tenant>()
@@ -75,9 +84,9 @@ export class Loop {
     this.pumping = true
     clearTimeout(this.timer)
     setImmediate(() => {
-      // Run detached from whatever request woke us: claims must not inherit its user, tenant or transaction.
+      // Run detached from whatever request woke us: claims must not inherit its user, tenant, transaction or trace.
       cds.context = undefined
-      void this.pump()
+      void detached(() => this.pump())
     })
   }
 
@@ -94,6 +103,11 @@ export class Loop {
     } finally {
       clearInterval(keepAlive)
     }
+  }
+
+  /** How claiming goes, for the health check: when a claim last succeeded, and how many failed since. */
+  get claims(): ClaimStatus {
+    return { lastSucceededAt: this.lastClaimSucceededAt, failures: this.host.tenants.failedClaims }
   }
 
   /** No more passes: the timer is cleared and whoever waits in `flush()` is released. */
@@ -123,6 +137,7 @@ export class Loop {
     }
     try {
       if (failed) throw failed
+      // `plan` sets no timer while a pass runs: the next pass (also after a failed claim's backoff) is planned here
       if (!this.host.busy && !this.host.stopping) await this.idle()
     } catch (e) {
       LOG.error('a pass of the queue runner failed; the next one is planned:', e)
@@ -153,6 +168,7 @@ export class Loop {
           continue
         }
         tenants.claimed(tenant, rows.length)
+        this.lastClaimSucceededAt = Date.now()
         if (rows.length === 0) continue
         this.host.monitor.emit('claimed', { count: rows.length })
         await tenants.run(tenant, () => this.distribute(rows))
@@ -253,6 +269,7 @@ export class Loop {
     // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
     const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
+      if (tenants.failedIn(tenant)) continue // its database is down: its backoff plans the next look
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)

@@ -10,7 +10,7 @@ import { storeFor, usesPortableStore } from '../store/choose'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Gates } from './gates'
-import { Loop } from './loop'
+import { Loop, type ClaimStatus } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
@@ -94,6 +94,11 @@ export class Runner {
 
   get running(): boolean {
     return this.started && !this.stopping
+  }
+
+  /** How claiming goes (see `Loop.claims`). */
+  get claims(): ClaimStatus {
+    return this.loop.claims
   }
 
   /** Starts periodic processing and sweeps what earlier processes left. */

@@ -3,11 +3,11 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, NewMessage } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
-import { ENTITY, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment } from './rules'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
@@ -369,6 +369,28 @@ export class Store implements BatchingStore {
     const rows = await this.rows<{ next: unknown }>(statements.nextDue(this.dialect, this.own, after, skipTargets))
     const next = millis(rows[0]?.next)
     return Number.isNaN(next) ? undefined : next
+  }
+
+  /** See `QueueStore.queueStatistics`: one statement, one pass over the table. */
+  async queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]> {
+    type Row = { queue: string; pending: unknown; processing: unknown; dead: unknown; oldestDue: unknown }
+    const rows = await this.rows<Row>(statements.queueStatistics(this.dialect, this.own, limits, now))
+    return rows.map(r => {
+      const due = millis(r.oldestDue)
+      const relayLag = Number.isNaN(due) ? 0 : Math.max(0, Math.floor((now - due) / 1000))
+      return { queue: r.queue, pending: Number(r.pending ?? 0), processing: Number(r.processing ?? 0), dead: Number(r.dead ?? 0), relayLag }
+    })
+  }
+
+  /** See `QueueStore.deleteExpiredDeadLetters`: one statement that reads back what it deleted. */
+  async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
+    const expired = expiredSql(retentions, now)
+    if (!expired) return []
+    return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
+  }
+
+  async ping(): Promise<void> {
+    await this.rows(statements.ping())
   }
 
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */

@@ -270,3 +270,47 @@ export const resurrect = (now: number) => ({ dueAt: iso(now) })
 export const unclaim = (now: number) => ({ ...UNCLAIMED.cqn, dueAt: iso(now) })
 /** A foreign claim is left alone for `timeout`, or due at once when its last attempt is older than that (CAP's own rule). */
 export const observe = (now: number, dueAt: number) => ({ claimedBy: FOREIGN_CLAIM, claimedAt: iso(now), dueAt: iso(dueAt) })
+
+/** Messages of this app per queue and `status` that are no dead letters: pending (status null) and processing. */
+export function aliveByState(own: Cqn, limits: AttemptLimits): Query {
+  return SELECT.from(ENTITY).columns('target', 'status', 'count(1) as count').where(all(own, deadLettersCqn(limits, false))).groupBy('target', 'status')
+}
+
+/** Dead letters of this app per queue. */
+export function deadByQueue(own: Cqn, limits: AttemptLimits): Query {
+  return SELECT.from(ENTITY).columns('target', 'count(1) as count').where(all(own, deadLettersCqn(limits))).groupBy('target')
+}
+
+/** Per queue, since when its oldest pending message is due at `now` (delayed messages carry their due time in `timestamp`). */
+export function oldestDue(own: Cqn, limits: AttemptLimits, now: number): Query {
+  return SELECT.from(ENTITY)
+    .columns('target', 'min(timestamp) as oldest')
+    .where(all(own, isNull('status'), compare('timestamp', '<=', iso(now)), deadLettersCqn(limits, false)))
+    .groupBy('target')
+}
+
+/** Up to `limit` rows `doomed` selects (`expiredDeadLetters`), locked; rows others hold are skipped, not waited for. */
+export function doomedRows(doomed: Cqn, limit: number): Query {
+  return skippingLocked(SELECT.from(ENTITY).columns('ID', 'target', 'service', 'event').where(doomed).limit(limit))
+}
+
+/** Deletes the rows `IDs` that `doomed` still selects. */
+export function deleteDoomed(IDs: string[], doomed: Cqn): Query {
+  return DELETE.from(ENTITY).where(all(inList('ID', IDs), doomed))
+}
+
+/** Rows that still exist of `IDs`. */
+export function existing(IDs: string[]): Query {
+  return SELECT.from(ENTITY).columns('ID').where(inList('ID', IDs))
+}
+
+/** Needs the database and the table, finds no row (no ID is null), through the primary key. */
+export function ping(): Query {
+  return SELECT.from(ENTITY).columns('ID').where(isNull('ID'))
+}
+
+/**
+ * Dead letters of this app past their retention (`expired`): both CAP's columns and the claim's index mark them dead
+ * (not due, no runner holds them), so a row being revived is not one.
+ */
+export const expiredDeadLetters = (own: Cqn, limits: AttemptLimits, expired: Cqn): Cqn => all(own, isNull('dueAt'), isNull('status'), deadLettersCqn(limits), expired)

@@ -1,11 +1,11 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, NewMessage } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
 import type { Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis } from './rows'
-import { oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits } from './rules'
+import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type Retentions } from './rules'
 import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
 import type { QueueStore } from './queue-store'
@@ -242,6 +242,49 @@ export class PortableStore implements QueueStore {
     const [row] = (await q.nextDue(this.own, after, skipTargets)) as { dueAt: unknown }[]
     const next = millis(row?.dueAt)
     return Number.isNaN(next) ? undefined : next
+  }
+
+  /** See `QueueStore.queueStatistics`: three grouped counts (CQL has no conditional aggregate to do it in one). */
+  async queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]> {
+    type Counted = { target: string; status?: string | null; count: unknown }
+    const alive = (await q.aliveByState(this.own, limits)) as Counted[]
+    const dead = (await q.deadByQueue(this.own, limits)) as Counted[]
+    const oldest = (await q.oldestDue(this.own, limits, now)) as { target: string; oldest: unknown }[]
+    const queues = new Map<string, QueueSnapshot>()
+    const of = (queue: string) => queues.get(queue) ?? queues.set(queue, { queue, pending: 0, processing: 0, dead: 0, relayLag: 0 }).get(queue)!
+    for (const r of alive) {
+      const snapshot = of(r.target)
+      if (r.status === null || r.status === undefined) snapshot.pending += Number(r.count)
+      else if (r.status === PROCESSING) snapshot.processing += Number(r.count)
+    }
+    for (const r of dead) of(r.target).dead += Number(r.count)
+    for (const r of oldest) {
+      const due = millis(r.oldest)
+      if (!Number.isNaN(due)) of(r.target).relayLag = Math.max(0, Math.floor((now - due) / 1000))
+    }
+    return [...queues.values()]
+  }
+
+  /**
+   * See `QueueStore.deleteExpiredDeadLetters`: the rows are locked as they are read (skipping rows others hold), then
+   * deleted by ID under the same condition. No RETURNING in CQL: if fewer went than were read (a row changed in
+   * between, where the database has no row locks), those still there are left out of what it reports.
+   */
+  async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
+    const expired = expiredCqn(retentions, now)
+    if (!expired) return []
+    const doomed = q.expiredDeadLetters(this.own, limits, expired)
+    const rows = (await q.doomedRows(doomed, limit)) as DeletedMessage[]
+    if (rows.length === 0) return []
+    const IDs = rows.map(r => r.ID)
+    const deleted = Number(await q.deleteDoomed(IDs, doomed))
+    if (deleted === rows.length) return rows
+    const left = new Set(((await q.existing(IDs)) as { ID: string }[]).map(r => r.ID))
+    return rows.filter(r => !left.has(r.ID))
+  }
+
+  async ping(): Promise<void> {
+    await q.ping()
   }
 
   /**

@@ -1,6 +1,6 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, MessageRow, NewMessage } from '../interfaces'
-import type { AttemptLimits } from './rules'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { AttemptLimits, Retentions } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -57,6 +57,18 @@ export interface QueueStore {
    * if nothing is pending.
    */
   nextDue(after: number, skipTargets?: string[]): Promise<number | undefined>
+  /**
+   * Per queue of this app: its messages by state (parked rows of an ordering key are pending) and its relay lag at
+   * `now`, the age of its oldest message due by then, for the gauges and the health check.
+   */
+  queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]>
+  /**
+   * Deletes up to `limit` of this app's dead letters past their queue's retention at `now`, skipping rows another
+   * transaction holds; what it deleted (nothing if every queue keeps its dead letters).
+   */
+  deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]>
+  /** A statement that needs the database and the queue table and reads no row: fails if either is not there. */
+  ping(): Promise<void>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */

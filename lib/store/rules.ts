@@ -1,4 +1,5 @@
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
+import { iso } from './rows'
 
 /**
  * The rules every part of the plugin applies to rows of `cds.outbox.Messages` — the store's SQL, the runner and the
@@ -79,36 +80,86 @@ export interface AttemptLimits {
   otherwise: number
 }
 
-/** `isDeadLetter` as SQL over `attempts` and `target`, for every queue at once. */
-export function deadLettersSql({ byLimit, otherwise }: AttemptLimits, dead = true): Fragment {
+/**
+ * A condition over `target` for settings that differ by queue: `term(value)` for the targets of each group, and
+ * `term(otherwise)` for every other target. A group whose term is undefined matches none of its rows; undefined if
+ * no row matches at all.
+ */
+function perTarget<V>(groups: Map<V, string[]>, otherwise: V, term: (value: V) => Fragment | undefined): Fragment | undefined {
   const terms: string[] = []
   const params: unknown[] = []
   const known: string[] = []
-  const op = dead ? '>=' : '<'
-  for (const [limit, targets] of byLimit) {
-    terms.push(`(target IN (${targets.map(() => '?').join(', ')}) AND attempts ${op} ?)`)
-    params.push(...targets, limit)
+  for (const [value, targets] of groups) {
     known.push(...targets)
+    const t = term(value)
+    if (!t) continue
+    terms.push(`(target IN (${targets.map(() => '?').join(', ')}) AND ${t.sql})`)
+    params.push(...targets, ...t.params)
   }
-  terms.push(`(${known.length ? `target NOT IN (${known.map(() => '?').join(', ')}) AND ` : ''}attempts ${op} ?)`)
-  params.push(...known, otherwise)
-  return { sql: `(${terms.join(' OR ')})`, params }
+  const rest = term(otherwise)
+  if (rest) {
+    terms.push(`(${known.length ? `target NOT IN (${known.map(() => '?').join(', ')}) AND ` : ''}${rest.sql})`)
+    params.push(...known, ...rest.params)
+  }
+  return terms.length ? { sql: `(${terms.join(' OR ')})`, params } : undefined
+}
+
+/** `isDeadLetter` as SQL over `attempts` and `target`, for every queue at once. */
+export function deadLettersSql({ byLimit, otherwise }: AttemptLimits, dead = true): Fragment {
+  const op = dead ? '>=' : '<'
+  // every target has a limit, so the condition always exists
+  return perTarget(byLimit, otherwise, limit => ({ sql: `attempts ${op} ?`, params: [limit] }))!
+}
+
+/**
+ * How long each queue keeps its dead letters (ms), as the database sees them, grouped like `AttemptLimits`:
+ * undefined keeps them.
+ */
+export interface Retentions {
+  byRetention: Map<number | undefined, string[]>
+  otherwise: number | undefined
+}
+
+/**
+ * Rows past their queue's dead-letter retention at `now`, counted from their last attempt (when they became dead
+ * letters; from enqueue for rows without one); undefined if every queue keeps its dead letters.
+ */
+export function expiredSql({ byRetention, otherwise }: Retentions, now: number): Fragment | undefined {
+  return perTarget(byRetention, otherwise, retention =>
+    retention === undefined ? undefined : { sql: 'COALESCE(lastAttemptTimestamp, timestamp) < ?', params: [iso(now - retention)] })
+}
+
+/** `perTarget` as CQN: `term(value)` for the targets of each group, `term(otherwise)` for every other target. */
+function perTargetCqn<V>(groups: Map<V, string[]>, otherwise: V, term: (value: V) => unknown[] | undefined): Cqn | undefined {
+  const terms: unknown[] = []
+  const known: string[] = []
+  for (const [value, targets] of groups) {
+    known.push(...targets)
+    const t = term(value)
+    if (!t) continue
+    if (terms.length) terms.push('or')
+    terms.push({ xpr: [ref('target'), 'in', { list: targets.map(val) }, 'and', ...t] })
+  }
+  const rest = term(otherwise)
+  if (rest) {
+    if (terms.length) terms.push('or')
+    const others = known.length ? [ref('target'), 'not', 'in', { list: known.map(val) }, 'and'] : []
+    terms.push({ xpr: [...others, ...rest] })
+  }
+  return terms.length ? { xpr: terms } : undefined
 }
 
 /** `isDeadLetter` as a CQN condition over `attempts` and `target`; `dead: false` selects the rows that are not. */
 export function deadLettersCqn({ byLimit, otherwise }: AttemptLimits, dead = true): Cqn {
   const op = dead ? '>=' : '<'
-  const terms: unknown[] = []
-  const known: string[] = []
-  for (const [limit, targets] of byLimit) {
-    if (terms.length) terms.push('or')
-    terms.push({ xpr: [ref('target'), 'in', { list: targets.map(val) }, 'and', ref('attempts'), op, val(limit)] })
-    known.push(...targets)
-  }
-  if (terms.length) terms.push('or')
-  const others = known.length ? [ref('target'), 'not', 'in', { list: known.map(val) }, 'and'] : []
-  terms.push({ xpr: [...others, ref('attempts'), op, val(otherwise)] })
-  return { xpr: terms }
+  // every target has a limit, so the condition always exists
+  return perTargetCqn(byLimit, otherwise, limit => [ref('attempts'), op, val(limit)])!
+}
+
+/** `expiredSql` as CQN. */
+export function expiredCqn({ byRetention, otherwise }: Retentions, now: number): Cqn | undefined {
+  const lastTouched = { func: 'coalesce', args: [ref('lastAttemptTimestamp'), ref('timestamp')] }
+  return perTargetCqn(byRetention, otherwise, retention => (retention === undefined ? undefined : [lastTouched, '<', val(iso(now - retention))]))
 }
 
 /** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */

@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { deadLettersSql, FOREIGN_CLAIM, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
+import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -343,4 +343,45 @@ export function claimsOf(dialect: Dialect, owners: string[]): Fragment {
       WHERE claimedBy IN (${owners.map(() => '?').join(', ')}) AND status = '${PROCESSING}'`,
     params: owners
   }
+}
+
+/**
+ * Per queue of this app (`own`), in one pass over the table: pending, processing and dead messages, and when the
+ * oldest pending message that is due at `now` was due (delayed messages carry their due time in `timestamp`).
+ */
+export function queueStatistics(dialect: Dialect, own: Fragment, limits: AttemptLimits, now: number): Fragment {
+  const dead = deadLettersSql(limits)
+  const alive = deadLettersSql(limits, false)
+  return {
+    sql: `SELECT target AS "queue",
+        SUM(CASE WHEN status IS NULL AND ${alive.sql} THEN 1 ELSE 0 END) AS "pending",
+        SUM(CASE WHEN status = '${PROCESSING}' AND ${alive.sql} THEN 1 ELSE 0 END) AS "processing",
+        SUM(CASE WHEN ${dead.sql} THEN 1 ELSE 0 END) AS "dead",
+        ${dialect.isoText(`MIN(CASE WHEN status IS NULL AND timestamp <= ? AND ${alive.sql} THEN timestamp END)`)} AS "oldestDue"
+      FROM ${TABLE} WHERE ${own.sql} GROUP BY target`,
+    params: [...alive.params, ...alive.params, ...dead.params, iso(now), ...alive.params, ...own.params]
+  }
+}
+
+/**
+ * Deletes up to `limit` of this app's dead letters past their queue's retention (`expired`), reading back what it
+ * deleted. Rows another transaction holds (a revive in progress, another instance's cleanup) are skipped, not waited
+ * for, and only rows both CAP's columns and the claim's index mark as dead go (a row being revived is neither). The
+ * rows are chosen once, in a materialized CTE: PostgreSQL may evaluate `IN (SELECT … LIMIT n)` more than once in a
+ * DELETE, and then deletes more than `limit` rows (measured: 880 of a batch of 500).
+ */
+export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, expired: Fragment, skipLocked: string, limit: number): Fragment {
+  const dead = deadLettersSql(limits)
+  return {
+    sql: `WITH doomed AS MATERIALIZED (SELECT ID FROM ${TABLE} WHERE ${own.sql} AND ${NOT_DUE.sql} AND status IS NULL
+        AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
+      DELETE FROM ${TABLE} WHERE ID IN (SELECT ID FROM doomed)
+      RETURNING ID AS "ID", target AS "target", service AS "service", event AS "event"`,
+    params: [...own.params, ...dead.params, ...expired.params, limit]
+  }
+}
+
+/** A statement that reaches the database and the table and reads nothing: is the database there? */
+export function ping(): Fragment {
+  return { sql: `SELECT 1 AS "ok" FROM ${TABLE} WHERE 1 = 0`, params: [] }
 }

@@ -49,6 +49,11 @@ export class Tenants {
     return !!this.register
   }
 
+  /** The tenants whose queues this process looks after (retention, gauges, health): the one database, or the subscribed tenants. */
+  get all(): Tenant[] {
+    return this.multitenant ? [...this.subscribed] : [undefined]
+  }
+
   /** Runs `fn` in `tenant`'s database, as the privileged runner, detached from whatever request is current. */
   run<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T> {
     if (tenant === undefined) {
@@ -125,6 +130,16 @@ export class Tenants {
 
   get failing(): boolean {
     return this.failures.size > 0
+  }
+
+  /** Whether the last claim in `tenant` failed. */
+  failedIn(tenant: Tenant): boolean {
+    return this.failures.has(tenant)
+  }
+
+  /** Claims that failed in a row since the last one that succeeded, in the tenant where most did (0: none fails). */
+  get failedClaims(): number {
+    return Math.max(0, ...[...this.failures.values()].map(f => f.count))
   }
 
   /**

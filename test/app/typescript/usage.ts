@@ -1,6 +1,6 @@
 // Compiled by test/types.test.js with `tsc --noEmit`: the public API must type-check as users write it.
 import cds, { flush } from '@sap/cds'
-import type { EventQueues, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
+import type { EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
 
 export async function usage(): Promise<void> {
   const { queued, unqueued } = cds as typeof cds & EventQueues
@@ -9,6 +9,12 @@ export async function usage(): Promise<void> {
   await qd.emit('ping', { n: 1 })
   const max: number = qd.queued.maxAttempts
   void max
+  const kept: number | undefined = queued(srv, { deadLetterRetention: '30d' }).queued.deadLetterRetention
+  void kept
+  const health = await queued.health({ maxLag: '5m', timeout: 2000 })
+  const status: HealthStatus = health.status
+  const lag: number | null | undefined = health.checks.lag?.relayLag
+  void status, lag
   const same: typeof srv = unqueued(qd)
   void same
   await flush()

@@ -1,0 +1,110 @@
+import type { BatchObservableResult, Counter, Histogram, Meter, MeterProvider, ObservableGauge } from '@opentelemetry/api'
+import type { QueueSnapshot } from '../interfaces'
+import { ATTR, attributesOf, errorType, METRIC, PROCESS, SCOPE, SEND } from './names'
+import { openTelemetry } from './otel'
+
+/**
+ * The plugin's instruments on the app's current meter provider. The global meter provider has no proxy (a meter taken
+ * before an SDK registers stays a no-op), so the provider is looked up on each use and the instruments are built
+ * again when it changed.
+ */
+
+const VERSION = (require('../../package.json') as { version: string }).version
+
+/** The bucket boundaries the messaging conventions recommend for their duration histograms, in seconds. */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
+
+/** The queue statistics the gauges report: one entry per tenant this process serves (`tenant` undefined: no tenants). */
+export type QueueObservations = () => Promise<{ tenant: string | undefined; queues: QueueSnapshot[] }[]>
+
+/** A failed operation: `error.type` names its error. */
+export interface Failure {
+  error: unknown
+}
+
+let observations: QueueObservations | undefined
+
+class Instruments {
+  readonly sent: Counter
+  readonly consumed: Counter
+  readonly processDuration: Histogram
+  readonly deleted: Counter
+  private readonly messages: ObservableGauge
+  private readonly relayLag: ObservableGauge
+
+  constructor(private readonly meter: Meter) {
+    this.sent = meter.createCounter(METRIC.sent, { description: 'Messages written to a queue (at enqueue, in the caller\'s transaction).', unit: '{message}' })
+    this.consumed = meter.createCounter(METRIC.consumed, { description: 'Messages delivered to their handler (each attempt).', unit: '{message}' })
+    this.processDuration = meter.createHistogram(METRIC.processDuration, {
+      description: 'How long a handler took to process a message.',
+      unit: 's',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS }
+    })
+    this.deleted = meter.createCounter(METRIC.deleted, { description: 'Dead letters deleted after their queue\'s deadLetterRetention.', unit: '{message}' })
+    this.messages = meter.createObservableGauge(METRIC.messages, { description: 'Messages of a queue by state (pending, processing, dead), as of the last statistics query.', unit: '{message}' })
+    this.relayLag = meter.createObservableGauge(METRIC.relayLag, { description: 'How long the oldest due message of a queue has been waiting, as of the last statistics query.', unit: 's' })
+    meter.addBatchObservableCallback(this.observe, [this.messages, this.relayLag])
+  }
+
+  /** No more observations on this provider's meter: the app registered another one. */
+  close(): void {
+    this.meter.removeBatchObservableCallback(this.observe, [this.messages, this.relayLag])
+  }
+
+  private readonly observe = async (result: BatchObservableResult): Promise<void> => {
+    if (!observations) return
+    let tenants: Awaited<ReturnType<QueueObservations>>
+    try {
+      tenants = await observations()
+    } catch {
+      return // the statistics log their failure; a scrape without queue gauges says the same
+    }
+    for (const { tenant, queues } of tenants) {
+      for (const q of queues) {
+        const attributes = attributesOf(q.queue, tenant)
+        result.observe(this.messages, q.pending, { ...attributes, [ATTR.state]: 'pending' })
+        result.observe(this.messages, q.processing, { ...attributes, [ATTR.state]: 'processing' })
+        result.observe(this.messages, q.dead, { ...attributes, [ATTR.state]: 'dead' })
+        result.observe(this.relayLag, q.relayLag, attributes)
+      }
+    }
+  }
+}
+
+let current: { provider: MeterProvider; instruments: Instruments } | undefined
+
+function instruments(): Instruments | undefined {
+  const api = openTelemetry()
+  if (!api) return undefined
+  const provider = api.metrics.getMeterProvider()
+  if (current?.provider === provider) return current.instruments
+  current?.instruments.close()
+  current = { provider, instruments: new Instruments(provider.getMeter(SCOPE, VERSION)) }
+  return current.instruments
+}
+
+function withError(attributes: Record<string, string>, failure: Failure | undefined): Record<string, string> {
+  return failure ? { ...attributes, [ATTR.errorType]: errorType(failure.error) } : attributes
+}
+
+export function countSent(queue: string, tenant: string | undefined, failure?: Failure): void {
+  instruments()?.sent.add(1, withError(attributesOf(queue, tenant, SEND), failure))
+}
+
+export function countConsumed(queue: string, tenant: string | undefined): void {
+  instruments()?.consumed.add(1, attributesOf(queue, tenant, PROCESS))
+}
+
+export function recordProcessDuration(queue: string, tenant: string | undefined, seconds: number, failure?: Failure): void {
+  instruments()?.processDuration.record(seconds, withError(attributesOf(queue, tenant, PROCESS), failure))
+}
+
+export function countDeletedDeadLetters(queue: string, tenant: string | undefined, count: number): void {
+  instruments()?.deleted.add(count, attributesOf(queue, tenant))
+}
+
+/** Reports the queue gauges from `source` from now on; undefined stops them (the process shuts down). */
+export function observeQueues(source: QueueObservations | undefined): void {
+  observations = source
+  instruments()
+}
