@@ -64,9 +64,8 @@ async function child() {
 }
 
 async function parent() {
-  const fs = require('fs')
-  const os = require('os')
-  const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('./support/postgres')
+  const { startServer, stopServer } = require('./support/postgres')
+  const { newDatabase } = require('./support/databases')
   const { environment } = require('./support/app')
   const { runOnce } = require('./support/processes')
   const { median } = require('./support/stats')
@@ -80,17 +79,7 @@ async function parent() {
         const figures = new Map(impls.map(i => [i, { claim: [], latency: [] }]))
         for (let rep = 0; rep < config.reps; rep++) {
           for (const impl of impls) {
-            let db, cleanup
-            if (kind === 'sqlite') {
-              const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-bench-'))
-              db = { kind: 'sqlite', credentials: { url: path.join(dir, 'bench.sqlite') } }
-              cleanup = () => fs.rmSync(dir, { recursive: true, force: true })
-            } else {
-              const database = newDatabaseName()
-              await createDatabase(database, server)
-              db = dbConfig(database, server)
-              cleanup = () => withClient(c => c.query(`DROP DATABASE ${c.escapeIdentifier(database)} WITH (FORCE)`), 'postgres', server)
-            }
+            const { db, cleanup } = await newDatabase(kind, server)
             try {
               const result = await runOnce('held.js', environment(impl, db, { BENCH_HELD_CHILD: 'yes', BENCH_HELD_COUNT: String(held) }))
               log(kind, impl, `${held} held, rep ${rep + 1}:`, `claim ${result.claim.toFixed(2)} ms,`, `commit → handler ${result.latency.toFixed(2)} ms`)

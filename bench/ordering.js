@@ -8,8 +8,6 @@
  * "unchanged when ordering exists but is unused" is a comparison in one run. It measures; it does not pass or fail.
  * Sizes: BENCH_MESSAGES (5000), BENCH_KEYS (100), BENCH_REPS (3), BENCH_DBS ("sqlite,postgres").
  */
-const fs = require('fs')
-const os = require('os')
 const path = require('path')
 
 const config = {
@@ -54,7 +52,8 @@ async function child() {
 }
 
 async function parent() {
-  const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient } = require('./support/postgres')
+  const { startServer, stopServer } = require('./support/postgres')
+  const { newDatabase } = require('./support/databases')
   const { environment } = require('./support/app')
   const { runOnce } = require('./support/processes')
   const { median } = require('./support/stats')
@@ -71,17 +70,7 @@ async function parent() {
       const figures = new Map(variants.map(v => [v.name, []]))
       for (let rep = 0; rep < config.reps; rep++) {
         for (const variant of variants) {
-          let db, cleanup
-          if (kind === 'sqlite') {
-            const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-bench-'))
-            db = { kind: 'sqlite', credentials: { url: path.join(dir, 'bench.sqlite') } }
-            cleanup = () => fs.rmSync(dir, { recursive: true, force: true })
-          } else {
-            const database = newDatabaseName()
-            await createDatabase(database, server)
-            db = dbConfig(database, server)
-            cleanup = () => withClient(c => c.query(`DROP DATABASE ${c.escapeIdentifier(database)} WITH (FORCE)`), 'postgres', server)
-          }
+          const { db, cleanup } = await newDatabase(kind, server)
           const env = environment('plugin', db, { BENCH_ORDERING_CHILD: 'yes', BENCH_SCENARIO: variant.scenario })
           if (variant.plugin) env.CDS_PLUGINS = JSON.stringify({ 'cds-event-queues': { impl: path.join(variant.plugin, 'cds-plugin.js') } })
           try {

@@ -18,7 +18,8 @@
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { startServer, stopServer, createDatabase, dbConfig, newDatabaseName, withClient, FSYNC_OFF } = require('./support/postgres')
+const { startServer, stopServer, withClient, FSYNC_OFF } = require('./support/postgres')
+const { newDatabase } = require('./support/databases')
 const { environment } = require('./support/app')
 const { start, nextMessage, runOnce, stop } = require('./support/processes')
 const { percentile } = require('./support/stats')
@@ -55,19 +56,6 @@ const config = {
 const IMPLS = ['plugin', 'portable', ...(process.env.BENCH_BASELINE ? ['baseline'] : []), 'cap', 'floor']
 const log = (...args) => console.error('[bench]', ...args)
 
-function sqliteDb() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-bench-'))
-  return { db: { kind: 'sqlite', credentials: { url: path.join(dir, 'bench.sqlite') } }, cleanup: () => fs.rmSync(dir, { recursive: true, force: true }) }
-}
-
-async function postgresDb(server) {
-  const database = newDatabaseName()
-  await createDatabase(database, server)
-  const cleanup = () => withClient(c => c.query(`DROP DATABASE ${c.escapeIdentifier(database)} WITH (FORCE)`), 'postgres', server)
-  return { db: dbConfig(database, server), database, cleanup }
-}
-
-const newDatabase = (kind, server) => (kind === 'sqlite' ? sqliteDb() : postgresDb(server))
 
 /** One process of `inprocess.js` on a fresh database: BENCH_PART `part`, `options` for environment(). */
 async function inProcess(kind, impl, server, part, extra = {}, options = {}) {

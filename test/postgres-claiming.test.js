@@ -7,6 +7,14 @@ const cds = require('@sap/cds')
 // Polling only every hour: nothing is picked up unless the test enqueues through the API or calls cds.flush().
 const test$ = startApp({ requires: { queue: { pollInterval: '1h' } } })
 
+/** What PostgreSQL does with `statement` ({ sql, params }) when it runs, rolled back. */
+const explain = statement => withClient(async client => {
+  await client.query('BEGIN')
+  const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${statement.sql}`, statement.params)
+  await client.query('ROLLBACK')
+  return rows.map(r => r['QUERY PLAN']).join('\n')
+}, test$.database)
+
 describe('postgres: claiming', () => {
   let srv, queued
   const query = (sql, params) => withClient(client => client.query(sql, params), test$.database)
@@ -129,12 +137,6 @@ describe('postgres: claiming', () => {
     await query(`INSERT INTO cds_outbox_messages (id, timestamp, target, msg, attempts, dueat)
       SELECT gen_random_uuid()::text, now(), 'queue', '{}', 0, now() - interval '1 hour' FROM generate_series(1, 10)`)
     await query('ANALYZE cds_outbox_messages')
-    const explain = statement => withClient(async client => {
-      await client.query('BEGIN')
-      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${statement.sql}`, statement.params)
-      await client.query('ROLLBACK')
-      return rows.map(r => r['QUERY PLAN']).join('\n')
-    }, test$.database)
     const plan = await explain(claim)
     console.log(`claim of 10 due rows among 100k dead letters and future rows:\n${plan}`)
     expect(plan).toMatch(/rows=10/)
@@ -179,12 +181,6 @@ describe('postgres: claiming', () => {
     } finally {
       Client.prototype.query = send
     }
-    const explain = statement => withClient(async client => {
-      await client.query('BEGIN')
-      const { rows } = await client.query(`EXPLAIN (ANALYZE, COSTS OFF) ${statement.sql}`, statement.params)
-      await client.query('ROLLBACK')
-      return rows.map(r => r['QUERY PLAN']).join('\n')
-    }, test$.database)
     await query(`UPDATE cds_outbox_messages SET dueat = now() - interval '1 minute' WHERE attempts = 1`)
     await query('ANALYZE cds_outbox_messages')
     // the runner may claim meanwhile: the first statement of each kind
