@@ -1,4 +1,4 @@
-const { newDatabaseFile, onPostgres } = require('../support/app')
+const { newDatabaseFile, onPostgres, onPortableStore } = require('../support/app')
 const { sideEffects, sideEffectsFile, stopAll } = require('../support/faults')
 const { startInstance } = require('../support/instances')
 const { waitFor } = require('../support/wait')
@@ -6,9 +6,10 @@ const { waitFor } = require('../support/wait')
 /**
  * kill -9 of a process holding far more messages than it runs: claimed at enqueue, and batches of a backlog whose
  * rest has not started. With `maxAttempts: 1`, every message charged for the kill would be a dead letter; only an
- * attempt that started may count, so no dead letter may be a message that never ran.
+ * attempt that started may count, so no dead letter may be a message that never ran. The portable store has neither
+ * batches nor, with batchSize 1, unstarted rows in a slot (README, Databases): the scenario is the native store's.
  */
-describe('faults: kill -9 while holding unstarted messages (batching, claim at enqueue, maxAttempts 1)', () => {
+;(onPortableStore() ? describe.skip : describe)('faults: kill -9 while holding unstarted messages (batching, claim at enqueue, maxAttempts 1)', () => {
   let database, query, close
   const running = []
 
