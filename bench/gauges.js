@@ -111,11 +111,4 @@ async function parent() {
   }
 }
 
-const main = process.env.BENCH_GAUGES_CHILD ? child : parent
-main().then(
-  () => process.env.BENCH_GAUGES_CHILD && process.exit(0),
-  e => {
-    console.error(e)
-    process.exit(1)
-  }
-)
+require('./support/processes').runScript('BENCH_GAUGES_CHILD', child, parent)

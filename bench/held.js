@@ -101,11 +101,4 @@ async function parent() {
   console.log(rows.join('\n'))
 }
 
-const main = process.env.BENCH_HELD_CHILD ? child : parent
-main().then(
-  () => process.env.BENCH_HELD_CHILD && process.exit(0),
-  e => {
-    console.error(e)
-    process.exit(1)
-  }
-)
+require('./support/processes').runScript('BENCH_HELD_CHILD', child, parent)

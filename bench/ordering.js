@@ -92,11 +92,4 @@ async function parent() {
   console.log(rows.join('\n'))
 }
 
-const main = process.env.BENCH_ORDERING_CHILD ? child : parent
-main().then(
-  () => process.env.BENCH_ORDERING_CHILD && process.exit(0),
-  e => {
-    console.error(e)
-    process.exit(1)
-  }
-)
+require('./support/processes').runScript('BENCH_ORDERING_CHILD', child, parent)

@@ -87,11 +87,4 @@ async function parent() {
   }
 }
 
-const main = process.env.BENCH_TENANTS_CHILD ? child : parent
-main().then(
-  () => process.env.BENCH_TENANTS_CHILD && process.exit(0),
-  e => {
-    console.error(e)
-    process.exit(1)
-  }
-)
+require('./support/processes').runScript('BENCH_TENANTS_CHILD', child, parent)

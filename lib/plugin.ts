@@ -33,7 +33,7 @@ export function activate(env: Environment): EventQueues {
     settings.runner.statisticsInterval
   )
   const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
-  return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics, tenants) })
+  return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics, tenants, inTenant) })
 }
 
 /** What the queue gauges report: the statistics of every tenant this process looks after. */

@@ -76,6 +76,21 @@ export interface QueueStatistics {
   relayLag: number
 }
 
+/** What the dead letter and pending lists show alike of a row: its service and event, also from `msg` (see `described`). */
+function summary(row: DescribedRow & { task?: string | null; attempts?: unknown; timestamp: string; lastError?: string | null }) {
+  const { service, event } = described(row)
+  return {
+    ID: row.ID,
+    target: row.target,
+    service: service ?? null,
+    event: event ?? null,
+    task: row.task ?? null,
+    attempts: Number(row.attempts ?? 0),
+    timestamp: row.timestamp,
+    lastError: row.lastError ?? null
+  }
+}
+
 /** The operator's queries on this app's rows, with the queues' settings (each row's `maxAttempts`). */
 export class OperatorQueries {
   /** The rows of this app: CAP's `appid` lets several apps share one table (the same rule as the store's). */
@@ -129,42 +144,18 @@ export class OperatorQueries {
   async listDeadLetters(filter: DeadLetterFilter, limit?: number): Promise<DeadLetterSummary[]> {
     const columns = ['task', 'attempts', 'timestamp', 'lastAttemptTimestamp', 'lastError']
     const rows = (await this.matching(filter, columns)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event' | 'msg'>)[]
-    return rows.slice(0, limit).map(row => {
-      const { service, event } = described(row)
-      return {
-        ID: row.ID,
-        target: row.target,
-        service: service ?? null,
-        event: event ?? null,
-        task: row.task ?? null,
-        attempts: Number(row.attempts),
-        timestamp: row.timestamp,
-        lastAttemptTimestamp: row.lastAttemptTimestamp ?? null,
-        lastError: row.lastError ?? null,
-        msg: row.msg ?? null
-      }
-    })
+    return rows.slice(0, limit).map(row => ({
+      ...summary(row),
+      lastAttemptTimestamp: row.lastAttemptTimestamp ?? null,
+      msg: row.msg ?? null
+    }))
   }
 
   /** The messages that are not dead letters and match `filter`, longest waiting first, at most `limit` of them. */
   async listPending(filter: DeadLetterFilter, limit?: number): Promise<PendingSummary[]> {
     const columns = ['task', 'attempts', 'timestamp', 'status', 'claimedBy', 'lastError']
     const rows = (await this.matching(filter, columns, false)) as (DescribedRow & Omit<PendingSummary, 'service' | 'event'>)[]
-    return rows.slice(0, limit).map(row => {
-      const { service, event } = described(row)
-      return {
-        ID: row.ID,
-        target: row.target,
-        service: service ?? null,
-        event: event ?? null,
-        task: row.task ?? null,
-        attempts: Number(row.attempts ?? 0),
-        timestamp: row.timestamp,
-        status: row.status ?? null,
-        claimedBy: row.claimedBy ?? null,
-        lastError: row.lastError ?? null
-      }
-    })
+    return rows.slice(0, limit).map(row => ({ ...summary(row), status: row.status ?? null, claimedBy: row.claimedBy ?? null }))
   }
 
   /** Dead letters (or with `dead: false` the other messages) of this app matching `filter`, oldest first. */

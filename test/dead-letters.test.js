@@ -3,10 +3,7 @@ const { waitFor } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
 const cds = require('@sap/cds')
 
-const USERS = {
-  ops: { password: 'ops', roles: ['internal-user'] },
-  clerk: { password: 'clerk', roles: ['booking-clerk'] }
-}
+const { OPERATOR_USERS: USERS } = require('./support/operators')
 // A long poll interval: a revived message that runs at once was woken, not found by a poll.
 const app = startApp({
   requires: { auth: { kind: 'mocked', users: USERS }, queue: { pollInterval: '1h' } },

@@ -7,10 +7,7 @@ const cds = require('@sap/cds')
  * The ops page's backend over HTTP: its files (the browser suite drives the page itself) and the lag history it
  * samples, on both databases. Retries wait an hour, so a failed message stays pending and its lag grows.
  */
-const USERS = {
-  ops: { password: 'ops', roles: ['internal-user'] },
-  clerk: { password: 'clerk', roles: ['booking-clerk'] }
-}
+const { OPERATOR_USERS: USERS } = require('./support/operators')
 const app = startApp({
   requires: {
     auth: { kind: 'mocked', users: USERS },

@@ -52,4 +52,19 @@ async function stop(child, grace = 5000) {
   clearTimeout(timer)
 }
 
-module.exports = { start, nextMessage, runOnce, stop }
+/**
+ * A bench script's entry: `child` in the process forked with the environment variable `flag` set (it exits once it
+ * sent its figures, or the timers it keeps would hold it), `parent` otherwise; a failure exits 1.
+ */
+function runScript(flag, child, parent) {
+  const inChild = !!process.env[flag]
+  ;(inChild ? child : parent)().then(
+    () => inChild && process.exit(0),
+    e => {
+      console.error(e)
+      process.exit(1)
+    }
+  )
+}
+
+module.exports = { start, nextMessage, runOnce, stop, runScript }

@@ -20,6 +20,8 @@ const MARKER = 'cds-event-queues/tenant'
 export class TenantRegister {
   /** When this process last wrote each tenant's marker. */
   private readonly written = new Map<string, number>()
+  /** Tenants whose marker the last read found or this process wrote since: only theirs can need removing. */
+  private present = new Set<string>()
 
   constructor(
     private readonly t0: string,
@@ -39,16 +41,21 @@ export class TenantRegister {
       await insertIntoMetaTenant({ ID, timestamp, target: MARKER, msg: JSON.stringify({ tenant }), appid: this.appid ?? null })
     })
     this.written.set(tenant, now)
+    this.present.add(tenant)
   }
 
   /** The tenants with a marker. */
   async marked(): Promise<string[]> {
     const rows = (await this.inT0(() => SELECT.from(ENTITY).columns('msg').where({ target: MARKER, appid: this.appid ?? null }))) as { msg: string }[]
-    return rows.map(r => (JSON.parse(r.msg) as { tenant: string }).tenant)
+    const tenants = rows.map(r => (JSON.parse(r.msg) as { tenant: string }).tenant)
+    this.present = new Set(tenants)
+    return tenants
   }
 
   /** Removes `tenant`'s marker, found empty by a look that started at `lookedAt`, unless an enqueue may rely on it. */
   async clear(tenant: string, lookedAt: number): Promise<void> {
+    // a tenant found empty after every look: no statement in t0 unless its marker may be there (the next read says)
+    if (!this.present.delete(tenant)) return
     const before = new Date(lookedAt - 2 * this.refresh).toISOString()
     await this.inT0(() => DELETE.from(ENTITY).where({ ID: this.markerID(tenant), timestamp: { '<': before } }))
   }

@@ -12,10 +12,7 @@ const cds = require('@sap/cds')
  * its buttons revive and delete, and it is shown to operators only. Retries wait an hour (backoff base 1h), so the
  * pending message stays pending while the page is compared with the table; lag is sampled every 250 ms.
  */
-const USERS = {
-  ops: { password: 'ops', roles: ['internal-user'] },
-  clerk: { password: 'clerk', roles: ['booking-clerk'] }
-}
+const { OPERATOR_USERS: USERS } = require('../support/operators')
 const app = startApp({
   requires: {
     auth: { kind: 'mocked', users: USERS },
