@@ -38,7 +38,7 @@ export default class EventQueuesService extends cds.ApplicationService {
     const queries = new OperatorQueries(settings.queues, settings.appid, settings.runner.store)
     requireRoles(this, settings.operatorRoles)
     // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
-    const sample = () => cds.tx(() => queries.statistics()) as unknown as Promise<QueueStatistics[]>
+    const sample = (at: number) => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
     const history = new LagHistory(sample, settings.lagSampleInterval)
     // A multitenant app's provider database has no queue table, and a history across tenants would show one
     // tenant's operator the others' figures: there the page shows no history (README, Multitenancy).

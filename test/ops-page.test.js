@@ -95,6 +95,18 @@ describe('the lag history', () => {
     ])
   })
 
+  test('a point is stamped with the moment its lag was counted at, however long the count takes', async () => {
+    const enqueued = Date.parse('2026-01-01T10:00:00.900Z')
+    let now = enqueued + 1000
+    // the count takes 200 ms: stamped with its end, the point would say 1 s of lag at 10:00:02.100
+    const history = new LagHistory(async at => {
+      now += 200
+      return [{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: Math.floor((at - enqueued) / 1000) }]
+    }, 1000, () => now)
+    const [point] = await history.history()
+    expect(point.relayLag).toBe(Math.floor((Date.parse(point.at) - enqueued) / 1000))
+  })
+
   test('stop waits for the sample in progress and takes no more, so the database can disconnect', async () => {
     let release
     let calls = 0

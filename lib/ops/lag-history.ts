@@ -40,7 +40,8 @@ export class LagHistory {
   private stopped = false
 
   constructor(
-    private readonly count: () => Promise<QueueCounts[]>,
+    /** Counts the queues as of `at` (epoch ms), the moment the sample is stamped with. */
+    private readonly count: (at: number) => Promise<QueueCounts[]>,
     private readonly interval: number,
     private readonly now: () => number = Date.now
   ) {}
@@ -78,14 +79,15 @@ export class LagHistory {
   }
 
   private async take(): Promise<void> {
+    // one moment for the lag and the sample's time, so a point's lag is its age at its time
+    const at = this.now()
     let counts: QueueCounts[]
     try {
-      counts = await this.count()
+      counts = await this.count(at)
     } catch (e) {
       LOG.warn('the ops page could not sample the queue statistics:', e)
       return
     }
-    const at = this.now()
     // A queue that emptied still gets its point (0), so its line drops to zero instead of stopping at its last lag.
     const seen = new Set(this.samples.map(s => s.queue))
     this.samples.push(...perQueue(counts, new Date(at).toISOString(), seen))
