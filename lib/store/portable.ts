@@ -4,6 +4,7 @@ import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } fro
 import type { Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
+import { KeyClock } from './key-clock'
 import { distinctKeys, iso, messageRow, millis } from './rows'
 import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type Retentions } from './rules'
 import * as q from './portable-queries'
@@ -34,8 +35,8 @@ const KEY_LOCK_WINDOW = 8
 /** Up to this many due rows of a claim's keys are all locked in one statement (see `keysLockedElsewhere`). */
 const KEYED_ROWS_LOCKED = 1000
 
-/** Keyed messages enqueued in one millisecond get distinct milliseconds (see `ordered`): entries for the present only. */
-const issuedPerKey = new Map<string, number>()
+/** Keyed messages enqueued in one millisecond get distinct milliseconds (see `ordered`). */
+const keyClock = new KeyClock()
 
 export class PortableStore implements QueueStore {
   private readonly own: Cqn
@@ -308,19 +309,11 @@ function asClaimed(row: ClaimRow, owner: string, claimedAt: string): ClaimRow {
   return { ...row, status: PROCESSING, claimedBy: owner, claimedAt, ...q.expiredClaim(row) }
 }
 
-/**
- * Keyed messages run in `timestamp` order, and some databases keep less of it through CQL than the codec writes
- * (@cap-js/sqlite stores milliseconds; the codec counts microseconds within one): a keyed message enqueued in the
- * same millisecond as the previous one of its key gets the next millisecond, so its order survives any precision.
- */
+/** `message` with the millisecond `keyClock` gives it, if it has an ordering key. */
 function ordered(message: NewMessage): NewMessage {
   const key = message.orderingKey
   if (key === undefined) return message
   const ms = Date.parse(message.timestamp)
-  const now = Date.now()
-  for (const [k, issued] of issuedPerKey) if (issued < now) issuedPerKey.delete(k)
-  const last = issuedPerKey.get(key)
-  const at = last !== undefined && ms <= last ? last + 1 : ms
-  issuedPerKey.set(key, at)
+  const at = keyClock.next(key, ms, Date.now())
   return at === ms ? message : { ...message, timestamp: new Date(at).toISOString().replace('Z', '0000Z') }
 }
