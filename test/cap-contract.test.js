@@ -243,6 +243,19 @@ describe('CAP contracts', () => {
       expect(configuredSqliteDriver(cds.db)).toBeUndefined()
       expect(configuredSqliteDriver({ options: { credentials: { driver: 'sql.js' } } })).toBe('sql.js')
     })
+
+    test('@cap-js/sqlite hands cds.requires.db.client to its driver: where the CLI sets the busy timeout', async () => {
+      if (onPostgres()) return
+      const { waitingForOtherWriters } = require('../lib/cap/database-options')
+      expect(cds.db.factory.create.toString()).toMatch(/new sqlite\(database, this\.options\.client \|\| \{\}\)/)
+      const unset = { kind: 'sqlite' }
+      waitingForOtherWriters(unset)
+      expect(unset.client).toEqual({ timeout: 5000 })
+      const configured = { kind: 'sqlite', client: { timeout: 100 } }
+      waitingForOtherWriters(configured)
+      expect(configured.client).toEqual({ timeout: 100 })
+      // the CLI beside a writing app: cli.test.js "beside an app in the middle of a write…"
+    })
   })
 
   describe('implicit', () => {

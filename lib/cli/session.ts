@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { existsSync } from 'fs'
 import { join } from 'path'
 import { OperatorQueries } from '../../srv/event-queues-queries'
+import { waitingForOtherWriters } from '../cap/database-options'
 import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
 import { compileSettings } from '../settings'
@@ -14,7 +15,10 @@ const PLUGIN = 'cds-event-queues'
 const MODEL = join(__dirname, '..', '..', 'db', 'outbox.cds')
 
 /** cds.env as the CLI reads it: which plugins cds found in the project. */
-type ProjectEnv = { plugins?: Record<string, unknown>; requires?: { db?: { credentials?: { url?: unknown; database?: unknown } } } }
+type ProjectEnv = {
+  plugins?: Record<string, unknown>
+  requires?: { db?: { kind?: string; client?: Record<string, unknown>; credentials?: { url?: unknown; database?: unknown } } }
+}
 
 /**
  * Connects to the project's database exactly as the app would (`cds.requires.db` of the folder's cds.env and
@@ -40,6 +44,7 @@ export async function openSession(streams: Streams): Promise<Session & { close()
   const settings = compileSettings(cds.env)
   // The table's model, so CQL names its columns as the app does (PostgreSQL folds unquoted names to lower case).
   cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
+  waitingForOtherWriters(db)
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
   return {
     queries: new OperatorQueries(settings.queues, settings.appid, settings.runner.store),
