@@ -15,6 +15,10 @@ describe.each(LOCKING)(`rolling upgrade beside CAP ${CAP_VERSION}'s own runner (
   const database = newDatabaseName()
   const query = (sql, params) => withClient(client => client.query(sql, params), database)
   let plugin, cap
+  // One timeout for both, as one package.json gives both versions during an upgrade: with the plugin on its 1 h
+  // default, its leases looked expired to CAP's runner (3 s) whenever a handler started late on a loaded machine, CAP
+  // took the message over, and it ran twice (seen in CI on cds 10, postgres-portable).
+  const TIMEOUT = '3s'
 
   const post = async (instance, path, body) => {
     const res = await fetch(`${instance.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body ?? {}) })
@@ -32,8 +36,8 @@ describe.each(LOCKING)(`rolling upgrade beside CAP ${CAP_VERSION}'s own runner (
 
   beforeAll(async () => {
     await createDatabase(database)
-    plugin = await startInstance(database, { name: 'plugin', deploy: true, queue: { pollInterval: '200ms' }, env: { COUNT_MS: '5' } })
-    cap = await startInstance(database, { name: 'cap', script: 'cap-instance.js', queue: { kind: 'persistent-queue', legacyLocking, timeout: '3s' }, env: { COUNT_MS: '50' } })
+    plugin = await startInstance(database, { name: 'plugin', deploy: true, queue: { pollInterval: '200ms', timeout: TIMEOUT }, env: { COUNT_MS: '5' } })
+    cap = await startInstance(database, { name: 'cap', script: 'cap-instance.js', queue: { kind: 'persistent-queue', legacyLocking, timeout: TIMEOUT }, env: { COUNT_MS: '50' } })
   }, 120000)
 
   afterAll(async () => {
@@ -68,7 +72,7 @@ describe.each(LOCKING)(`rolling upgrade beside CAP ${CAP_VERSION}'s own runner (
     const FROM = 1000
     // slow handlers, so the kill finds messages claimed (at enqueue and by claims) and others not yet taken
     await stopInstance(plugin)
-    plugin = await startInstance(database, { name: 'plugin', queue: { pollInterval: '200ms' }, env: { COUNT_MS: '200' } })
+    plugin = await startInstance(database, { name: 'plugin', queue: { pollInterval: '200ms', timeout: TIMEOUT }, env: { COUNT_MS: '200' } })
     await post(plugin, '/enqueue', { from: FROM, count: TOTAL })
     const processing = async () => Number((await query(`SELECT COUNT(*) AS n FROM cds_outbox_messages WHERE status = 'processing'`)).rows[0].n)
     await waitFor(async () => (await counted()).length > 0 && (await processing()) >= 10, { what: 'the plugin to handle some messages and hold others' })
