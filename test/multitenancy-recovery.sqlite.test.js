@@ -9,9 +9,7 @@ const { waitFor } = require('./support/wait')
 // instance finds it through the tenant's marker (lib/tenants/register.ts) within seconds; a fresh process at its
 // start. Separate processes of the multitenant test app (test/mt-app) on one set of SQLite files, one per tenant.
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-mt-'))
-// Two processes on one file wait for each other's writes: node:sqlite (cds 10) would fail at once with "database is
-// locked" (busy timeout 0), and the doomed process's claims then failed while the survivor wrote (a CI flake).
-const db = { kind: 'sqlite', credentials: { url: path.join(dir, 'db.sqlite') }, client: { timeout: 5000 } }
+const db = { kind: 'sqlite', credentials: { url: path.join(dir, 'db.sqlite') } }
 const QUEUE = { pollInterval: '1s', timeout: '2s', concurrency: 1, batchSize: 1 }
 const started = []
 const start = async (name, env = {}, queue = {}) => {

@@ -2,6 +2,7 @@ const { fork } = require('child_process')
 const path = require('path')
 const { dbConfig } = require('./postgres')
 const { projectQueue } = require('./app')
+const { waitingForOtherWriters } = require('../../lib/cap/database-options')
 
 /**
  * Separate Node processes running the test app against one PostgreSQL database, for multi-instance suites.
@@ -10,7 +11,10 @@ const { projectQueue } = require('./app')
 
 /** `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private server). */
 function environment(database, { name, queue = {}, requires = {}, deploy = false, env = {} }) {
-  const db = typeof database === 'string' ? dbConfig(database) : database
+  const db = typeof database === 'string' ? dbConfig(database) : { ...database }
+  // Processes sharing a SQLite file wait for each other's writes, as the CLI does: node:sqlite (cds 10) would fail
+  // at once with "database is locked" (multitenancy-recovery's doomed process then never held a message in CI).
+  waitingForOtherWriters(db)
   const config = { requires: { ...requires, db, queue: { ...projectQueue(), ...queue } } }
   return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
