@@ -55,19 +55,19 @@ describe('SQLite drivers', () => {
   ;(available('node:sqlite') ? test : test.skip)('node:sqlite runs the native store', async () => {
     const { code, result } = await run({ kind: 'sqlite', driver: 'node', credentials: memory })
     expect(code).toBe(0)
-    expect(result).toEqual({ store: 'Store', ...processed })
+    expect(result).toEqual({ store: 'NativeStore', ...processed })
   })
 
   ;(available('better-sqlite3') ? test : test.skip)('better-sqlite3 runs the native store', async () => {
     const { code, result } = await run({ kind: 'sqlite', driver: 'better-sqlite3', credentials: memory })
     expect(code).toBe(0)
-    expect(result).toEqual({ store: 'Store', ...processed })
+    expect(result).toEqual({ store: 'NativeStore', ...processed })
   })
 
   // cds 10.1's preset: kind 'sqlite' with an in-memory database, on @cap-js/sqlite's default driver
   ;(cds.env.requires.kinds['sqlite:memory'] ? test : test.skip)("the preset 'sqlite:memory' runs the native store", async () => {
     const { code, result } = await run('sqlite:memory')
     expect(code).toBe(0)
-    expect(result).toEqual({ store: 'Store', ...processed })
+    expect(result).toEqual({ store: 'NativeStore', ...processed })
   })
 })

@@ -6,7 +6,7 @@ describe('the store', () => {
   test(`this suite runs on the ${onPortableStore() ? 'portable' : 'native'} store, as cds.requires.queue.store says`, () => {
     const { runner, settings } = require('../lib/plugin').eventQueues()
     expect(settings.runner.store).toBe(onPortableStore() ? 'portable' : 'auto')
-    expect(runner.store.constructor.name).toBe(onPortableStore() ? 'PortableStore' : 'Store')
+    expect(runner.store.constructor.name).toBe(onPortableStore() ? 'PortableStore' : 'NativeStore')
   })
 
   test('the portable store has no wake-up across processes and no savepoint batches; the native one has both where the database does', () => {

@@ -231,7 +231,7 @@ export class Loop {
   }
 
   /**
-   * Brings the table's index columns in line with CAP's columns where others wrote them (see Store.reconcile), and
+   * Brings the table's index columns in line with CAP's columns where others wrote them (see NativeStore.reconcile), and
    * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
    * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
    */

@@ -4,7 +4,7 @@ import type { Watchers } from '../cap/handlers'
 import { QueueError } from '../errors'
 import type { StoreChoice } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
-import { Store } from './index'
+import { NativeStore } from './native'
 import { PortableStore } from './portable'
 import type { QueueStore } from './queue-store'
 
@@ -46,5 +46,5 @@ export function usesPortableStore(choice: StoreChoice, db: cds.DatabaseService):
 /** The store for `db` as `choice` says. */
 export function storeFor(choice: StoreChoice, db: cds.DatabaseService, appid: string | undefined, watchers?: Watchers): QueueStore {
   if (usesPortableStore(choice, db)) return new PortableStore(appid, nativeDialect(db))
-  return new Store(db.kind, appid, watchers)
+  return new NativeStore(db.kind, appid, watchers)
 }

@@ -244,7 +244,7 @@ export function claimsOf(owners: string[]): Query {
 }
 
 /**
- * Reconciliation (see `Store.reconcile`): each step selects its rows as the claim does (rows another runner holds
+ * Reconciliation (see `NativeStore.reconcile`): each step selects its rows as the claim does (rows another runner holds
  * locked are skipped, not waited for), then updates them by ID under the same condition, a chunk of IDs at a time.
  * The SELECT has no LIMIT: with one, PostgreSQL walks the due-time index through every dead letter instead of using
  * the reconciliation's own indexes (lib/store/indexes.ts), and usually there is nothing to find.

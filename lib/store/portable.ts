@@ -13,7 +13,7 @@ import type { QueueStore } from './queue-store'
 import type { Described } from './statements'
 
 /**
- * The portable store: the same statements as the native store (index.ts), in CQL through the current transaction,
+ * The portable store: the same statements as the native store (native.ts), in CQL through the current transaction,
  * so it runs on every database CAP runs on (SAP HANA, sql.js, SQLite and PostgreSQL too). What differs, and why:
  * - The claim is a locking SELECT (`forUpdate({ ignoreLocked: true })`: rows another claim holds are skipped) with
  *   the ordering-key checks as correlated subqueries, then UPDATEs by ID, each guarded by the state it read, so a

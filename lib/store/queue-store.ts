@@ -5,7 +5,7 @@ import type { Described } from './statements'
 
 /**
  * What the runner and the API use of a store: every statement the queue runs on `cds.outbox.Messages`, one method
- * each, with the same guarantees whichever store runs them. Two implement it: the native store (index.ts, raw SQL on
+ * each, with the same guarantees whichever store runs them. Two implement it: the native store (native.ts, raw SQL on
  * the driver connection of SQLite and PostgreSQL) and the portable store (portable.ts, CQL only, any database CAP
  * runs on); choose.ts picks one. Statements run in the current transaction (`cds.context`), so an enqueue is part of
  * the caller's transaction and a completion part of the handler's.
@@ -23,7 +23,7 @@ export interface QueueStore {
   unschedule(ID: string): Promise<number>
   /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
   unscheduleIfTask(ID: string, task: string): Promise<number>
-  /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see Store.claim for the rules). */
+  /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see NativeStore.claim for the rules). */
   claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[]): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */
   complete(claim: Claim): Promise<boolean>

@@ -10,7 +10,7 @@ import { iso } from './rows'
  * The plugin's columns are an index of that truth for its claim: `dueAt` is when the row may be claimed next (while
  * claimed: when the lease expires; null for a dead letter), `claimedBy`/`claimedAt` who holds it. Whoever else writes
  * CAP's columns (CAP's dead letter recipe, an operator script, CAP's own runner during a rolling upgrade) leaves the
- * index behind; the runner's reconciliation (Store.reconcile) brings it in line again.
+ * index behind; the runner's reconciliation (NativeStore.reconcile) brings it in line again.
  */
 
 export const TABLE = 'cds_outbox_Messages'

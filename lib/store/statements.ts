@@ -180,7 +180,7 @@ export function deleteTask(ID: string, task: string, own: Fragment): Fragment {
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
  * ordering key is busy. A row another runner set to 'processing' without a claim of this plugin is left alone until
- * the reconciliation has given it a lease of its own (`Store.reconcile`). `lastAttemptTimestamp` is the claim's time,
+ * the reconciliation has given it a lease of its own (`NativeStore.reconcile`). `lastAttemptTimestamp` is the claim's time,
  * so CAP's runner sees the row held.
  *
  * A row whose lease expired (`status` still 'processing') was interrupted: its process died or gave up on it. Only an
@@ -297,7 +297,7 @@ export function nextDue(dialect: Dialect, own: Fragment, after: number, skipTarg
 }
 
 /**
- * Reconciliation (see `Store.reconcile`): dead letters whose attempts are below their queue's limit again (CAP's
+ * Reconciliation (see `NativeStore.reconcile`): dead letters whose attempts are below their queue's limit again (CAP's
  * recipe revives with `attempts = 0`; a raised `maxAttempts`) become due.
  */
 export function resurrect(own: Fragment, limits: AttemptLimits, skipLocked: string, now: number): Fragment {

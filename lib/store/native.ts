@@ -1,0 +1,394 @@
+import cds from '@sap/cds'
+import type { Result } from '../cap/drivers'
+import type { Watchers } from '../cap/handlers'
+import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
+import { groupBy } from '../group-by'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import { dialectFor, type Dialect } from './dialect'
+import { ensureIndexes } from './indexes'
+import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
+import { SideConnection } from './side-connection'
+import * as statements from './statements'
+import type { Described } from './statements'
+import type { BatchingStore, Savepointed } from './queue-store'
+import { inOwnTransaction } from './index'
+
+/** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
+const RECONCILE_BATCH = 1000
+
+/**
+ * The native store: every statement the queue runs against `cds.outbox.Messages` as raw SQL on the driver connection
+ * of SQLite and PostgreSQL, one method each (the SQL text is in statements.ts). Statements run on the connection of
+ * the current transaction (`cds.db` joins `cds.context`), so an enqueue is part of the caller's transaction and a
+ * completion is part of the handler's.
+ */
+export class NativeStore implements BatchingStore {
+  private readonly dialect: Dialect
+  /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
+  private readonly own: Fragment
+  private readonly ownE: Fragment
+  /** The same for the rows `f` and `p` of the statements on held-back messages (see `promoteNext`, `parkedKeys`). */
+  private readonly ownF: Fragment
+  private readonly ownP: Fragment
+  /** Where the reconciliation's look at held-back keys continues (see `promoteOrphans`). */
+  private parkedAfter = ''
+  /** This app's rows from before CAP had `appid` (see `oldRowsSql`), claimed while there are any. */
+  private readonly old: Fragment | undefined
+  private oldRowsLeft = true
+  /** Transactions that already signal other processes on commit (see `signalOthers`). */
+  private readonly signalled = new WeakSet<object>()
+  /** Where renewals run when they must not wait for a pooled connection (see SideConnection). */
+  private readonly side: SideConnection | undefined
+
+  constructor(
+    kind: string | undefined,
+    private readonly appid: string | undefined,
+    /** Handlers others registered on the table: while there are any, new rows are written through CAP, for them. */
+    private readonly watchers?: Watchers
+  ) {
+    this.dialect = dialectFor(kind)
+    this.own = ownRowsSql(appid)
+    this.ownE = ownRowsSql(appid, 'e.')
+    this.ownF = ownRowsSql(appid, 'f.')
+    this.ownP = ownRowsSql(appid, 'p.')
+    this.old = oldRowsSql(appid)
+    this.side = this.dialect.renewsOutsideThePool ? new SideConnection() : undefined
+  }
+
+  /** The statement a dedicated connection runs to be told of new messages; undefined where only polling works. */
+  get listenStatement(): string | undefined {
+    return this.dialect.wakeUp?.listen
+  }
+
+  private async rows<T>({ sql, params }: Fragment): Promise<T[]> {
+    return (await this.execute(sql, params, true)).rows as T[]
+  }
+
+  private async changes({ sql, params }: Fragment): Promise<number> {
+    return (await this.execute(sql, params, false)).changes
+  }
+
+  /** Runs a statement in the current transaction, on its own connection (see `currentConnection`), else through CAP. */
+  private async execute(sql: string, params: unknown[], reads: boolean): Promise<Result> {
+    const prepared = this.dialect.prepare(sql)
+    const connection = await currentConnection()
+    if (connection) return this.dialect.execute(connection, prepared, params, reads)
+    const result = (await (cds.db as unknown as { run(sql: string, params: unknown[]): Promise<unknown> }).run(prepared, params)) as
+      | Result['rows']
+      | { changes?: number }
+      | number
+    if (reads) return { rows: result as Result['rows'], changes: 0 }
+    return { rows: [], changes: typeof result === 'number' ? result : ((result as { changes?: number })?.changes ?? 0) }
+  }
+
+  /** Whether handlers others registered on the table want to see `event` writes (see `Watchers`). */
+  private watched(event: 'CREATE' | 'UPSERT'): boolean {
+    return !!this.watchers?.watch(event, ENTITY)
+  }
+
+  /**
+   * Writes a new message in the current transaction. One with an ordering key is held back at once if an earlier
+   * message of its key is waiting (see `PARKED`); rows written through CAP are held back by the reconciliation.
+   */
+  async insert(message: NewMessage): Promise<void> {
+    const appid = this.appid ?? null
+    const { orderingKey } = message
+    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, appid))
+    else if (orderingKey) await this.changes(statements.insertKeyed(this.dialect, { ...message, orderingKey }, appid, this.ownE))
+    else await this.changes(statements.insert(message, appid))
+    await this.signalOthers()
+  }
+
+  /**
+   * Writes a new message already claimed by `claim` until `leaseUntil`, for the enqueuing process to run right after
+   * the commit. No other process needs to hear of it; if this one dies first, the lease expires and any takes it.
+   */
+  async insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void> {
+    if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, this.appid ?? null, claim, leaseUntil))
+    else await this.changes(statements.insertClaimed(message, this.appid ?? null, claim, leaseUntil))
+  }
+
+  /**
+   * Tells other processes' runners about a new due row, on commit of the current transaction (where supported). Once
+   * per transaction: the database delivers one notification per commit anyway, so a transaction enqueuing 100
+   * messages saves 99 round trips. A transaction object is never reused after it ends, so it identifies the commit.
+   */
+  private async signalOthers(): Promise<void> {
+    const wakeUp = this.dialect.wakeUp
+    if (!wakeUp) return
+    const tx = (cds.context as { tx?: object } | undefined)?.tx
+    if (tx && this.signalled.has(tx)) return
+    await this.rows({ sql: wakeUp.signal, params: [] })
+    if (tx) this.signalled.add(tx)
+  }
+
+  /**
+   * Writes a scheduled task: a new row, or its existing row replaced (payload, timing, queue) with failure state and
+   * claim reset, so re-scheduling also revives a dead letter. A run in progress finds out when it completes.
+   */
+  async upsertTask(message: NewMessage): Promise<void> {
+    if (this.watched('UPSERT')) {
+      const reset = { attempts: 0, lastError: null, status: null, claimedBy: null, claimedAt: null }
+      await UPSERT.into(ENTITY).entries({ ...newRow(message, this.appid ?? null), ...reset })
+    } else await this.changes(statements.upsertTask(message, this.appid ?? null))
+    await this.signalOthers()
+  }
+
+  /** Removes a scheduled task, whatever its state; the number of rows removed. */
+  async unschedule(ID: string): Promise<number> {
+    return this.changes(statements.deleteRow(ID))
+  }
+
+  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
+  async unscheduleIfTask(ID: string, task: string): Promise<number> {
+    return this.changes(statements.deleteTask(ID, task, this.own))
+  }
+
+  /**
+   * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
+   * process) and rows whose ordering key is busy. A row whose previous lease expired counts that lost attempt, so a
+   * message that kills its process every time still ends as a dead letter.
+   */
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
+    const claimedAt = iso(now)
+    const { skipLocked } = this.dialect
+    let claimed = await this.changes(statements.claim(this.own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit, skipTargets))
+    if (claimed < limit && this.old && this.oldRowsLeft) {
+      const old = await this.changes(statements.claim(this.old, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit - claimed, skipTargets))
+      if (old === 0) this.oldRowsLeft = false
+      claimed += old
+    }
+    if (claimed === 0) return []
+    const rows = await this.rows<RawRow>(statements.claimedRows(this.dialect, owner, claimedAt))
+    const handedBack = this.dialect.keyLock ? await this.keysTakenMeanwhile(rows, owner, now) : new Set<string>()
+    return rows.filter(r => !handedBack.has(r.ID)).map(r => this.messageRow(r))
+  }
+
+  /** A claimed row for the runner; an old row without `appid` is for the service its target names (CAP 10's rule). */
+  private messageRow(raw: RawRow): MessageRow {
+    const row = messageRow(raw)
+    return this.appid && row.appid === null ? { ...row, serviceOfOldRow: serviceOfOldRow(row.target, this.appid) } : row
+  }
+
+  /**
+   * PostgreSQL: two claims that started from different snapshots may each see a different row of one key as free.
+   * Each claim holds the key's lock from its read-back to its commit, and checks the key again after taking it (a
+   * new statement sees every claim that committed before): a row whose key is locked by a claim in progress, or now
+   * runs elsewhere, is handed back at once. Unordered claims skip this.
+   */
+  private async keysTakenMeanwhile(rows: RawRow[], owner: string, now: number): Promise<Set<string>> {
+    const keyed = rows.filter(r => r.orderingKey !== null && r.orderingKey !== undefined)
+    if (keyed.length === 0) return new Set()
+    const taken = await this.rows<{ ID: string }>(statements.keysRunningElsewhere(this.ownE, owner, iso(now)))
+    const handBack = new Set([...keyed.filter(r => !r.keyLocked).map(r => r.ID), ...taken.map(r => r.ID)])
+    if (handBack.size) await this.release([...handBack].map(ID => ({ ID, claimedBy: owner, claimedAt: now })))
+    return handBack
+  }
+
+  /** Deletes a processed row, in the handler's transaction; false if the claim was lost meanwhile. */
+  async complete(claim: Claim): Promise<boolean> {
+    return (await this.completeAll([claim])) === 1
+  }
+
+  /**
+   * Deletes the rows of processed messages of one claim (a slot's) in one statement, each only while the claim holds
+   * it; the number deleted. The next message of each of their ordering keys becomes due in the same transaction.
+   */
+  async completeAll(claims: Claim[]): Promise<number> {
+    const deleted = await this.changes(statements.complete(claims))
+    if (deleted) await this.promoteNext(claims.map(c => c.orderingKey))
+    return deleted
+  }
+
+  /**
+   * The first message of each of `keys` becomes due if it was held back: where a message of the key was deleted or
+   * left its key, in the same transaction. A key whose first message is still in the table is left as it is.
+   */
+  async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
+    const distinct = distinctKeys(keys)
+    if (distinct.length) await this.changes(statements.promoteNext(distinct, this.ownF))
+  }
+
+  /**
+   * Moves a completed occurrence of a recurring task to its next one, in the handler's transaction, so the
+   * completion and the next occurrence commit together; false if the claim is gone.
+   */
+  async recur(claim: Claim, timestamp: string, dueAt: Date): Promise<boolean> {
+    return (await this.changes(statements.recur(claim, timestamp, dueAt))) === 1
+  }
+
+  /**
+   * Whether a task row still holds the occurrence that was claimed with this `timestamp`. Re-scheduling and
+   * recurring write a new timestamp and unscheduling deletes the row; a takeover after an expired lease changes neither.
+   */
+  async holdsOccurrence(ID: string, timestamp: number): Promise<boolean> {
+    const rows = await this.rows<{ timestamp: unknown }>(statements.taskTimestamp(this.dialect, ID))
+    return rows.length > 0 && millis(rows[0].timestamp) === timestamp
+  }
+
+  /**
+   * Records a failed attempt: due again at `dueAt`, or a dead letter when `dueAt` is null. A dead letter that must
+   * not hold back its ordering key (`leaveKey`) leaves it: the key's later messages then run.
+   */
+  async fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Promise<boolean> {
+    const recorded = (await this.changes(statements.fail(claim, attempts, lastError, dueAt, now, leaveKey, described))) === 1
+    if (recorded && leaveKey) await this.promoteNext([claim.orderingKey])
+    return recorded
+  }
+
+  /**
+   * Hands claimed rows back unprocessed, due at `dueAt` (default: at the time they were claimed); the number handed
+   * back. A row completed meanwhile, or now claimed by another process, is left alone. `alone`: the rows run alone
+   * from now on (they count as interrupted, see the claim).
+   */
+  async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
+    let released = 0
+    // One statement per claim: rows of one claim share owner and time (`heldBy`).
+    for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
+      released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
+    }
+    return released
+  }
+
+  /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
+  async interrupt(claims: Claim[]): Promise<void> {
+    if (claims.length) await this.changes(statements.interrupt(claims))
+  }
+
+  /**
+   * Moves the leases of `claims` (of one claim, as a slot's are) to `until`, in a transaction of its own (on
+   * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
+   */
+  async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
+    const { sql, params } = statements.renew(claims, until, Date.now())
+    const rows = this.side
+      ? (await this.side.run(this.dialect.prepare(sql), params)).rows
+      : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))
+    return new Set(rows.map(r => r.ID as string))
+  }
+
+  /** Closes what the store opened of its own (the side connection). */
+  async close(): Promise<void> {
+    await this.side?.close()
+  }
+
+  /**
+   * Brings the plugin's index columns in line with CAP's columns where others wrote them (see rules.ts): dead letters
+   * with attempts below their queue's limit again become due; rows another writer released lose their claim; rows
+   * another runner holds get a lease of `timeout`. The number of rows changed.
+   */
+  async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
+    const { skipLocked } = this.dialect
+    let changed = await this.changes(statements.resurrect(this.own, limits, skipLocked, now))
+    changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
+    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
+    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
+    changed += await this.changes(statements.park(this.own, this.ownE, skipLocked, RECONCILE_BATCH))
+    changed += await this.promoteOrphans()
+    // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
+    this.oldRowsLeft = !!this.old
+    return changed
+  }
+
+  /**
+   * Held-back messages whose key has no earlier message any more become due: the safety net of `promoteNext`, for
+   * what it cannot see (see `parkedKeys`). Walks the held-back keys in portions, one index probe per key, so a pass
+   * costs the same with 10 or 100,000 held-back messages behind one key.
+   */
+  private async promoteOrphans(): Promise<number> {
+    const keys = await this.rows<{ key: string; first: string | null }>(statements.parkedKeys(this.ownP, this.ownF, this.parkedAfter, RECONCILE_BATCH))
+    this.parkedAfter = keys.length === RECONCILE_BATCH ? keys[keys.length - 1].key : ''
+    const firsts = keys.map(k => k.first).filter((ID): ID is string => !!ID)
+    return firsts.length ? this.changes(statements.unpark(firsts)) : 0
+  }
+
+  /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
+  async held(claims: Claim[]): Promise<Set<string>> {
+    const held = new Set<string>()
+    for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
+      for (const { ID } of await this.rows<{ ID: string }>(statements.whichHeld(group))) held.add(ID)
+    }
+    return held
+  }
+
+  /** The claims held in the names `owners` according to the table. */
+  async claimsOf(owners: string[]): Promise<Claim[]> {
+    const rows = await this.rows<{ ID: string; claimedBy: string; claimedAt: unknown }>(statements.claimsOf(this.dialect, owners))
+    return rows.map(r => ({ ID: r.ID, claimedBy: r.claimedBy, claimedAt: millis(r.claimedAt) }))
+  }
+
+  /**
+   * The current transaction, for several messages to share (see `savepointed`). It begins with the first statement
+   * of one of them: until then it holds no connection (SQLite's pool has one), so handlers of other batches that
+   * run no statement, or not yet, are not kept waiting.
+   */
+  sharedTransaction(): DatabaseTransaction {
+    const tx = transactionOfContext()
+    if (!tx) throw new Error('cds-event-queues: a batch of messages needs an open database transaction')
+    return tx
+  }
+
+  /**
+   * The shared transaction `shared` as one message sees it: a savepoint `name` is taken right before the message's
+   * first statement (its handlers' or the store's), so a failing message rolls back its own work only, and a message
+   * that runs no statement costs none. `name` is generated by the caller, never user input.
+   */
+  savepointed(shared: DatabaseTransaction, name: string): Savepointed {
+    const exec = (sql: string) => this.dialect.execute(shared.dbc, sql, [], false)
+    let taken: Promise<unknown> | undefined
+    const take = async () => void (await (taken ??= begun(shared).then(() => exec(`SAVEPOINT ${name}`))))
+    return {
+      tx: withFirstStatementHook(shared, take),
+      rollback: async () => {
+        if (!(await taken?.then(() => true, () => false))) return
+        await exec(`ROLLBACK TO SAVEPOINT ${name}`)
+        await exec(`RELEASE SAVEPOINT ${name}`)
+      },
+      release: async () => {
+        if (taken) await exec(`RELEASE SAVEPOINT ${name}`)
+      }
+    }
+  }
+
+  /**
+   * When the next row becomes due (or a lease expires) after `after`, the time of a claim that found nothing;
+   * undefined if nothing is pending. Rows due by then were skipped by that claim: their ordering key is busy, or
+   * another process is claiming them. Their turn comes with a wake-up (a finished message), not with a timer.
+   */
+  async nextDue(after: number, skipTargets: string[] = []): Promise<number | undefined> {
+    const rows = await this.rows<{ next: unknown }>(statements.nextDue(this.dialect, this.own, after, skipTargets))
+    const next = millis(rows[0]?.next)
+    return Number.isNaN(next) ? undefined : next
+  }
+
+  /** See `QueueStore.queueStatistics`: one statement, one pass over the table. */
+  async queueStatistics(limits: AttemptLimits, now: number): Promise<QueueSnapshot[]> {
+    type Row = { queue: string; pending: unknown; processing: unknown; dead: unknown; oldestDue: unknown }
+    const rows = await this.rows<Row>(statements.queueStatistics(this.dialect, this.own, limits, now))
+    return rows.map(r => {
+      const due = millis(r.oldestDue)
+      const relayLag = Number.isNaN(due) ? 0 : Math.max(0, Math.floor((now - due) / 1000))
+      return { queue: r.queue, pending: Number(r.pending ?? 0), processing: Number(r.processing ?? 0), dead: Number(r.dead ?? 0), relayLag }
+    })
+  }
+
+  /** See `QueueStore.deleteExpiredDeadLetters`: one statement that reads back what it deleted. */
+  async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
+    const expired = expiredSql(retentions, now)
+    if (!expired) return []
+    return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
+  }
+
+  async ping(): Promise<void> {
+    await this.rows(statements.ping())
+  }
+
+  /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */
+  async ensureIndexes(): Promise<void> {
+    await ensureIndexes({
+      indexNames: async () => new Set((await this.rows<{ name: string }>({ sql: this.dialect.indexesOf(TABLE), params: [] })).map(r => r.name.toLowerCase())),
+      run: sql => this.changes({ sql, params: [] })
+    })
+  }
+}
