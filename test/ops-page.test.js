@@ -107,6 +107,30 @@ describe('the lag history', () => {
     expect(point.relayLag).toBe(Math.floor((Date.parse(point.at) - enqueued) / 1000))
   })
 
+  test('history() ends with a sample counted after it was asked, also while a sample begun before is still counting', async () => {
+    let now = Date.parse('2026-01-01T10:00:00.000Z')
+    const pending = []
+    const history = new LagHistory(
+      at => new Promise(resolve => pending.push(() => resolve([{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: at }]))),
+      1000,
+      () => now
+    )
+    const timerSample = history.sample() // the sampler's own sample, begun at 10:00:00.000
+    now += 69
+    const asked = now
+    const answer = history.history()
+    // release each count as it is asked for, until the answer is there
+    let done = false
+    answer.then(() => (done = true))
+    while (!done) {
+      await new Promise(resolve => setImmediate(resolve))
+      pending.shift()?.()
+    }
+    await timerSample
+    const samples = await answer
+    expect(Date.parse(samples.at(-1).at)).toBeGreaterThanOrEqual(asked)
+  })
+
   test('stop waits for the sample in progress and takes no more, so the database can disconnect', async () => {
     let release
     let calls = 0

@@ -37,6 +37,8 @@ export class LagHistory {
   private readonly samples: LagSample[] = []
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
+  /** The moment the sample in progress is stamped with. */
+  private runningAt = 0
   private stopped = false
 
   constructor(
@@ -65,8 +67,13 @@ export class LagHistory {
     return this.running ?? Promise.resolve()
   }
 
-  /** The samples of the last hour, oldest first, with a fresh one at the end so the newest point is never stale. */
+  /**
+   * The samples of the last hour, oldest first, with a fresh one at the end so the newest point is never stale: one
+   * counted at or after this call (a sample begun before it, by the timer say, is awaited, then another one taken).
+   */
   async history(): Promise<LagSample[]> {
+    const asked = this.now()
+    if (this.running && this.runningAt < asked) await this.running
     await this.sample()
     return this.samples.slice()
   }
@@ -80,7 +87,7 @@ export class LagHistory {
 
   private async take(): Promise<void> {
     // one moment for the lag and the sample's time, so a point's lag is its age at its time
-    const at = this.now()
+    const at = (this.runningAt = this.now())
     let counts: QueueCounts[]
     try {
       counts = await this.count(at)
