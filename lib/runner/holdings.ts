@@ -137,24 +137,28 @@ export class Holdings {
   }
 
   /**
-   * Gives up waiting for the handlers of `slot`, one of which outlived its `handlerTimeout`: they are no longer renewed
-   * and are taken over once their leases expire.
+   * Gives up waiting for the handlers of `slot`, one of which outlived its `handlerTimeout`: a started message's attempt
+   * ends as abandoned (a failed attempt to its gates; taken over, and counted, once its lease expires), and the
+   * messages of its batch that have not started go back.
    */
   async abandon(slot: Slot): Promise<void> {
-    const { entries, queue } = slot
-    LOG.error(`${entries.map(({ row }) => `${row.target}: message ${row.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
+    await this.handBackUnstarted(slot, 'its slot\'s handler did not finish within handlerTimeout')
     // a handler that started and did not finish has had its attempt: the takeover counts it
-    const started = entries.filter(e => entries.length === 1 || e.lease.started)
-    for (const held of started) this.abandoned.add(held.row.ID)
-    setTimeout(() => started.forEach(({ row }) => this.abandoned.delete(row.ID)), queue.timeout).unref()
-    await inOwnTransaction(() => this.host.store.interrupt(started.map(held => held.lease.claim)))
+    const started = slot.entries.filter(held => !this.ended.has(held))
+    for (const { row } of started) this.abandoned.add(row.ID)
+    setTimeout(() => started.forEach(({ row }) => this.abandoned.delete(row.ID)), slot.queue.timeout).unref()
+    for (const held of started) await this.settle(slot, held, { outcome: { kind: 'abandoned' } })
   }
 
-  /** Frees `slot` once it has run. */
+  /**
+   * Frees `slot` once it has run. A message that ended in none of the ways above (the database failed before it
+   * started) is left to its lease: to its gates, like a lost claim, it says nothing about the remote system.
+   */
   end(slot: Slot): void {
     for (const held of slot.entries) {
       held.lease.stop()
       this.held.delete(held)
+      if (!this.ended.has(held)) this.host.gates.settled(slot.queue, { kind: 'lost' })
     }
     // Also after a reserved message: a pass that found it running skipped planning the next due time, and its handler
     // may have queued a callback.
