@@ -224,3 +224,8 @@ export type Outcome =
   /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */
   | { kind: 'deferred'; dueAt: Date; alone?: boolean }
   | { kind: 'lost' }
+  /**
+   * Its handler did not finish within `handlerTimeout` and may still run: no longer renewed, the message is taken
+   * over once its lease expires, and that takeover counts the attempt.
+   */
+  | { kind: 'abandoned' }

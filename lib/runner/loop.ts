@@ -1,11 +1,11 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, QueueSettings } from '../interfaces'
+import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
 import type { Gates } from './gates'
+import type { Holdings } from './holdings'
 import type { Monitor } from './monitor'
-import type { Slots } from './slots'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { detached } from '../telemetry/spans'
 import { LOG } from '../log'
@@ -15,7 +15,8 @@ export interface LoopHost {
   readonly store: QueueStore
   readonly owner: string
   readonly monitor: Monitor
-  readonly slots: Slots
+  /** Its slots, what they hold, and the hand-back of claimed rows that do not fit. */
+  readonly holdings: Holdings
   readonly gates: Gates
   readonly queues: QueueRegistry
   readonly tenants: Tenants
@@ -26,13 +27,8 @@ export interface LoopHost {
   readonly stopping: boolean
   /** Handlers are running. */
   readonly busy: boolean
-  /** The claims of running handlers, and the IDs of messages claimed at enqueue that have not started yet. */
-  readonly leases: Set<{ claim: Claim }>
-  readonly reserved: Set<string>
-  readonly abandoned: Set<string>
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
-  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
 }
 
 export interface ClaimStatus {
@@ -150,7 +146,8 @@ export class Loop {
    * each has nothing more due. A tenant whose claim fails is skipped until its backoff ends; the others go on.
    */
   private async claimWhileFree(round: Tenant[]): Promise<void> {
-    const { slots, tenants } = this.host
+    const { tenants } = this.host
+    const { slots } = this.host.holdings
     let active = round
     while (!this.host.stopping && slots.free > 0 && active.length) {
       const more: Tenant[] = []
@@ -185,7 +182,8 @@ export class Loop {
    * bounded the claim yet; what its gate does not let start now), and so does everything not started if starting fails.
    */
   private async distribute(rows: MessageRow[]): Promise<void> {
-    const { slots, queues, gates } = this.host
+    const { holdings, queues, gates } = this.host
+    const { slots } = holdings
     const started = new Set<MessageRow>()
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
@@ -210,7 +208,7 @@ export class Loop {
       }
     } finally {
       const over = rows.filter(row => !started.has(row))
-      if (over.length) await this.host.handBack(over, this.host.owner)
+      if (over.length) await holdings.handBack(over, this.host.owner)
     }
   }
 
@@ -242,11 +240,7 @@ export class Loop {
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
       const changed = await store.reconcile(queues.attemptLimits(), now, claimLease)
-      const inOurName = await store.claimsOf([owner, `${owner}:enqueued`])
-      const held = new Set([...this.host.leases].map(l => l.claim.ID))
-      // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
-      const { reserved, abandoned } = this.host
-      const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !reserved.has(c.ID) && !abandoned.has(c.ID))
+      const orphans = this.host.holdings.orphans(await store.claimsOf([owner, `${owner}:enqueued`]), now)
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })
