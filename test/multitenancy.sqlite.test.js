@@ -4,6 +4,7 @@ const { startApp } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES, capRow } = require('./support/outbox')
 const { monitor } = require('./support/monitor')
+const { runCli } = require('./support/cli')
 const cds = require('@sap/cds')
 
 // A multitenant app as capire's multitenancy guide sets one up: @sap/cds-mtxs in process, SQLite with a database
@@ -85,6 +86,68 @@ describe('multitenancy: a database per tenant', () => {
     const revived = await waitFor(async () => (await done('t1')).find(r => r.seq === 100), { what: "t1's revived dead letter run" })
     expect(revived.tenant).toBe('t1')
     expect((await pending('t2')).map(r => r.lastError)).toEqual(['failed in t2'])
+  })
+
+  describe("every operator entry point returns the caller's tenant only", () => {
+    // dead letters of a queue only t1 has and one only t2 has: a figure or a queue name of the other must not show
+    const deadIn = (tenant, target, count) =>
+      inTenant(tenant, () => INSERT.into(MESSAGES).entries(Array.from({ length: count }, () => ({ ...capRow({ event: 'record', service: 'Work', target }), attempts: 20, lastError: `dead in ${tenant}` }))))
+    const as = username => ({ auth: { username } })
+    const OWN = { alice: { queue: 'orders-t1', dead: 2, other: 'billing-t2' }, erin: { queue: 'billing-t2', dead: 3, other: 'orders-t1' } }
+    const newest = (samples, queue) => samples.filter(s => s.queue === queue).at(-1)
+    /** What `rows` (samples, statistics or messages) show of the other tenant's queue, named with whom they were shown to. */
+    const leaked = (user, rows) => ({ user, leaked: rows.filter(r => (r.queue ?? r.target) === OWN[user].other) })
+
+    beforeAll(async () => {
+      await deadIn('t1', 'orders-t1', 2)
+      await deadIn('t2', 'billing-t2', 3)
+    })
+    afterAll(async () => {
+      for (const tenant of ['t1', 't2']) await inTenant(tenant, () => DELETE.from(MESSAGES).where({ target: { in: ['orders-t1', 'billing-t2'] } }))
+    })
+
+    test('OData: statistics() and lagHistory(), asked one after the other and at once', async () => {
+      const lagHistory = user => test_.GET('/odata/v4/event-queues/lagHistory()', as(user)).then(res => ({ user, samples: res.data.value }))
+      const asked = [await lagHistory('alice'), await lagHistory('erin'), ...(await Promise.all([lagHistory('alice'), lagHistory('erin')]))]
+      for (const { user, samples } of asked) {
+        expect(leaked(user, samples)).toEqual({ user, leaked: [] })
+        expect(newest(samples, OWN[user].queue)).toMatchObject({ dead: OWN[user].dead })
+      }
+      for (const user of ['alice', 'erin']) {
+        const statistics = (await test_.GET('/odata/v4/event-queues/statistics()', as(user))).data.value
+        expect(leaked(user, statistics)).toEqual({ user, leaked: [] })
+      }
+    })
+
+    test("the ops page: what it loads for an operator (its reads in ops-page/page.js) is that operator's tenant's", async () => {
+      for (const user of ['alice', 'erin']) {
+        expect((await test_.GET('/event-queues/', as(user))).status).toBe(200)
+        // the page reads the operator service relative to itself, with the operator's own credentials
+        const read = async what => (await test_.GET(new URL(`../odata/v4/event-queues/${what}`, 'http://page/event-queues/').pathname, as(user))).data.value
+        const { queue, dead } = OWN[user]
+        const [statistics, history, deadLetters] = await Promise.all([read('statistics()'), read('lagHistory()'), read('DeadOutboxMessages?$top=200&$count=true')])
+        expect(leaked(user, [...statistics, ...history, ...deadLetters])).toEqual({ user, leaked: [] })
+        expect(deadLetters.filter(r => r.target === queue)).toHaveLength(dead)
+        expect(newest(history, queue)).toMatchObject({ dead })
+      }
+    })
+
+    test('the CLI: --tenant names the tenant; in a multitenant app it is required', async () => {
+      for (const [tenant, user] of [['t1', 'alice'], ['t2', 'erin']]) {
+        const { queue, dead } = OWN[user]
+        const status = await runCli(['status', '--json', '--tenant', tenant], { cwd: MT_APP })
+        expect([status.code, status.stderr]).toEqual([0, ''])
+        const rows = JSON.parse(status.stdout)
+        expect(leaked(user, rows)).toEqual({ user, leaked: [] })
+        expect(rows.find(r => r.queue === queue)).toMatchObject({ dead })
+        const listed = await runCli(['dead', '--json', '--tenant', tenant], { cwd: MT_APP })
+        expect(leaked(user, JSON.parse(listed.stdout))).toEqual({ user, leaked: [] })
+        expect(JSON.parse(listed.stdout).filter(r => r.target === queue)).toHaveLength(dead)
+      }
+      const without = await runCli(['status'], { cwd: MT_APP })
+      expect(without.code).toBe(2)
+      expect(without.stderr).toMatch(/^Invalid option --tenant of cds-event-queues status: undefined\. Expected the tenant whose messages to operate on/)
+    }, 60000)
   })
 
   test('an unsubscribed tenant is no longer looked into: its pending messages are not retried against a database that is gone', async () => {
