@@ -220,6 +220,14 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('mtxs (lib/cap/mtxs.ts; with @sap/cds-mtxs: test/multitenancy.sqlite.test.js)', () => {
+    test("cds.env.plugins lists the app's plugins: not @sap/cds-mtxs where the app does not depend on it", () => {
+      const { mtxsIsPlugin } = require('../lib/cap/mtxs')
+      expect(Object.keys(cds.env.plugins)).toContain('cds-event-queues')
+      expect(mtxsIsPlugin()).toBe(false)
+    })
+  })
+
   describe('database options (lib/cap/database-options.ts)', () => {
     test('db.options.credentials hold what cds.requires.db configures, enough for a connection of its own', async () => {
       if (!onPostgres()) return expect(cds.db.options.credentials).toHaveProperty('url')

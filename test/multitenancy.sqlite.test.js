@@ -193,7 +193,8 @@ describe('multitenancy: a database per tenant', () => {
 
   // lib/cap/mtxs.ts: what the runner relies on of @sap/cds-mtxs (the contract of that adapter)
   test('cap contract "mtxs": subscribed tenants without t0; t0 has CAP\'s table without the plugin\'s columns, and takes a row of just those', async () => {
-    const { subscribedTenants, insertIntoMetaTenant } = require('../lib/cap/mtxs')
+    const { subscribedTenants, insertIntoMetaTenant, mtxsIsPlugin } = require('../lib/cap/mtxs')
+    expect(mtxsIsPlugin()).toBe(true)
     expect(await subscribedTenants()).toEqual(expect.arrayContaining(TENANTS))
     expect(await subscribedTenants()).not.toContain('t0')
     const columns = await inTenant('t0', () => cds.db.run("SELECT name FROM pragma_table_info('cds_outbox_Messages')"))
