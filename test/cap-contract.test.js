@@ -82,6 +82,27 @@ describe('CAP contracts', () => {
       })
       expect(calls).toEqual(['hook', 'rows'])
     })
+
+    test("a transaction's first statement begins it through its own `begin`, before a connection is taken: a throwing one keeps it from taking any", async () => {
+      const { transactionOfContext, beforeBegin } = transactions()
+      await cds.tx(async () => {
+        // a service's transaction whose handlers reach the database only later, as a queued message's does
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => {
+          throw new Error('not in this tenant')
+        })
+        await expect(INSERT.into('Target.Records').entries({ ID: cds.utils.uuid(), kind: 'contract' })).rejects.toThrow('not in this tenant')
+        expect([tx.ready, tx.dbc]).toEqual([undefined, undefined])
+      })
+      let begun
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => (begun = 'checked'))
+        await SELECT.one.from('Target.Records')
+        expect(tx.dbc).toBeTruthy()
+      })
+      expect(begun).toBe('checked')
+    })
   })
 
   describe('driver connections (lib/cap/drivers.ts)', () => {

@@ -38,18 +38,22 @@ export async function subscribedTenants(): Promise<string[]> {
 
 export interface SubscriptionListener {
   subscribed(tenant: string): void
+  unsubscribing(tenant: string): void
   unsubscribed(tenant: string): void
 }
 
 /**
  * Tells `listener` of subscriptions where the DeploymentService is served in this process: after a tenant's
- * deployment succeeded, and before a tenant's database is removed (its messages must stop being claimed first).
+ * deployment succeeded, before a tenant's database is removed (its messages must stop being claimed first), and
+ * after it was removed.
  */
 export function onSubscriptions(listener: SubscriptionListener): void {
+  const tenantOf = (req: cds.Request) => (req.data as { tenant: string }).tenant
   // CAP emits 'serving:<name>' for each service it serves; its types know only the fixed event names
   ;(cds as unknown as { on(event: string, fn: (ds: cds.Service) => void): void }).on(`serving:${DEPLOYMENT}`, ds => {
-    ds.after('subscribe', (_: unknown, req: cds.Request) => listener.subscribed((req.data as { tenant: string }).tenant))
-    ds.before('unsubscribe', (req: cds.Request) => listener.unsubscribed((req.data as { tenant: string }).tenant))
+    ds.after('subscribe', (_: unknown, req: cds.Request) => listener.subscribed(tenantOf(req)))
+    ds.before('unsubscribe', (req: cds.Request) => listener.unsubscribing(tenantOf(req)))
+    ds.after('unsubscribe', (_: unknown, req: cds.Request) => listener.unsubscribed(tenantOf(req)))
   })
 }
 

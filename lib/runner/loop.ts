@@ -169,7 +169,8 @@ export class Loop {
         }
         tenants.claimed(tenant, rows.length)
         this.lastClaimSucceededAt = Date.now()
-        if (rows.length === 0) continue
+        // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
+        if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
         await tenants.run(tenant, () => this.distribute(rows))
         more.push(tenant)
@@ -269,7 +270,7 @@ export class Loop {
     // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
     const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
-      if (tenants.failedIn(tenant)) continue // its database is down: its backoff plans the next look
+      if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)

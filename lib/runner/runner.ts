@@ -8,7 +8,7 @@ import type { Settings } from '../settings'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
 import { watchBatchConnections } from './batch-connections'
-import { AttemptAborted, type Lease } from './lease'
+import { AttemptAborted, tenantGone, type Lease } from './lease'
 import { Gates } from './gates'
 import { Loop, type ClaimStatus } from './loop'
 import { Monitor } from './monitor'
@@ -53,7 +53,8 @@ export class Runner {
     const { concurrency, batchSize } = settings.runner
     this.queues = settings.queues
     const t0 = metaTenant()
-    this.tenants = new Tenants(t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval), settings.runner.pollInterval)
+    const register = t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval)
+    this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.abandonTenant(tenant))
     this.slots = new Slots(concurrency, batchSize)
     this.loop = new Loop(this, settings.runner)
   }
@@ -167,7 +168,7 @@ export class Runner {
    * guarded by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
    */
   private async handBackRunning(): Promise<void> {
-    const leases = [...this.leases]
+    const leases = [...this.leases].filter(l => !tenantGone(l.signal))
     const running = leases.filter(l => l.started)
     const waiting = leases.filter(l => !l.started && !l.signal.aborted)
     if (running.length + waiting.length === 0) return
@@ -204,6 +205,16 @@ export class Runner {
     this.loop.wake()
   }
 
+  /**
+   * A tenant is being unsubscribed: its running handlers' signals abort (UNSUBSCRIBED) and their slots stop waiting
+   * for them; nothing of their attempts is written — no outcome, renewal, hand-back or completion (see `tenantGone`).
+   */
+  private abandonTenant(tenant: string): void {
+    const held = [...this.leases].filter(l => l.tenant === tenant)
+    if (held.length) LOG.info(`tenant ${tenant} is unsubscribed: abandoning ${held.length} of its messages in this process, without writing in its database`)
+    for (const lease of held) lease.abandon(new AttemptAborted(`Message ${lease.claim.ID}: its tenant ${tenant} was unsubscribed`, 'UNSUBSCRIBED'))
+  }
+
   /** Resolves once nothing processable is left; keeps the process alive meanwhile. */
   flush(): Promise<void> {
     return this.loop.flush()
@@ -224,9 +235,11 @@ export class Runner {
 
   /**
    * Rows that will not run here after all go back unstarted, due again at their claim time: those of a queue whose
-   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now.
+   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now. Not in a
+   * tenant that was unsubscribed meanwhile: its database is gone.
    */
   async handBack(rows: MessageRow[], claimedBy: string): Promise<void> {
+    if (this.tenants.gone(cds.context?.tenant)) return
     try {
       await inOwnTransaction(() => this.store.release(rows.map(row => ({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }))))
     } catch (e) {

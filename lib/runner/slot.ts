@@ -5,7 +5,7 @@ import { claimOf } from '../store/rules'
 import { attempt, type AttemptResult } from './attempt'
 import { attemptBatch, type BatchEntry } from './batch'
 import { enqueueLease } from './reservations'
-import { AttemptAborted, Lease, Renewals } from './lease'
+import { AttemptAborted, Lease, Renewals, tenantGone } from './lease'
 import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import { failed, interrupted, logOutcome, recordOutcome } from './outcomes'
@@ -60,6 +60,8 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     for (const { lease } of entries) lease.start()
     if (entries.length > 1) handBack = setTimeout(() => handBackRest(host, entries, claimedBy), SLOT_TIME)
     const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
+    // the tenant was unsubscribed (its slot's messages share it): nothing of the attempts is written in its database
+    if (entries.some(e => tenantGone(e.lease.signal))) return
     if (!results) {
       LOG.error(`${rows.map(r => `${r.target}: message ${r.ID}`).join(', ')}: did not finish within handlerTimeout; abandoned, taken over when the lease expires`)
       // a handler that started and did not finish has had its attempt: the takeover counts it
