@@ -38,14 +38,14 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
  * (`TenantLagHistories`): one history would show every tenant's operator the others' queues and figures.
  */
 function lagHistoryOf(queries: OperatorQueries, interval: number, multitenant: boolean): (tenant: string | undefined) => Promise<LagSample[]> {
-  const counted = (tenant: string | undefined, at: number) =>
-    cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
   if (multitenant) {
+    const counted = (tenant: string | undefined, at: number) =>
+      cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
     const histories = new TenantLagHistories(counted, interval)
     if (cds.db) beforeDisconnect(cds.db, () => histories.stop())
     return tenant => histories.history(tenant)
   }
-  const history = new LagHistory(at => counted(undefined, at), interval)
+  const history = new LagHistory(at => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>, interval)
   cds.once('served', () => history.start())
   if (cds.db) beforeDisconnect(cds.db, () => history.stop())
   return () => history.history()

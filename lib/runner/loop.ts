@@ -125,6 +125,7 @@ export class Loop {
         this.again = false
         const round = tenants.round(Date.now())
         for (const tenant of round) {
+          if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
         }
@@ -156,6 +157,7 @@ export class Loop {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
+        if (tenants.gone(tenant)) continue
         this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
