@@ -82,6 +82,27 @@ describe('CAP contracts', () => {
       })
       expect(calls).toEqual(['hook', 'rows'])
     })
+
+    test("a transaction's first statement begins it through its own `begin`, before a connection is taken: a throwing one keeps it from taking any", async () => {
+      const { transactionOfContext, beforeBegin } = transactions()
+      await cds.tx(async () => {
+        // a service's transaction whose handlers reach the database only later, as a queued message's does
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => {
+          throw new Error('not in this tenant')
+        })
+        await expect(INSERT.into('Target.Records').entries({ ID: cds.utils.uuid(), kind: 'contract' })).rejects.toThrow('not in this tenant')
+        expect([tx.ready, tx.dbc]).toEqual([undefined, undefined])
+      })
+      let begun
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => (begun = 'checked'))
+        await SELECT.one.from('Target.Records')
+        expect(tx.dbc).toBeTruthy()
+      })
+      expect(begun).toBe('checked')
+    })
   })
 
   describe('driver connections (lib/cap/drivers.ts)', () => {
@@ -217,6 +238,14 @@ describe('CAP contracts', () => {
       expect([login.status, login.headers['www-authenticate']]).toEqual([401, 'Basic realm="Users"'])
       const refused = await call('?fail=403', { username: 'alice', password: '' })
       expect([refused.status, refused.data]).toEqual([403, { error: { message: 'not for you' } }])
+    })
+  })
+
+  describe('mtxs (lib/cap/mtxs.ts; with @sap/cds-mtxs: test/multitenancy.sqlite.test.js)', () => {
+    test("cds.env.plugins lists the app's plugins: not @sap/cds-mtxs where the app does not depend on it", () => {
+      const { mtxsIsPlugin } = require('../lib/cap/mtxs')
+      expect(Object.keys(cds.env.plugins)).toContain('cds-event-queues')
+      expect(mtxsIsPlugin()).toBe(false)
     })
   })
 
