@@ -18,7 +18,7 @@ const broker = project => ({
 
 module.exports = {
   rootDir: root,
-  testTimeout: 180000,
+  testTimeout: 900000,
   maxWorkers: main.maxWorkers,
   projects: main.projects.filter(p => ['sqlite', 'postgres'].includes(p.displayName)).map(broker)
 }
