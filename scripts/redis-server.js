@@ -3,6 +3,7 @@ const fs = require('fs')
 const net = require('net')
 const os = require('os')
 const path = require('path')
+const { HOST, freePort, isRunning } = require('./local-servers')
 
 /**
  * A real Redis server on 127.0.0.1 and a free port, from Debian's package `redis-server` (`apt-get install -y
@@ -11,18 +12,7 @@ const path = require('path')
  * survives a kill). Processes are stopped by their PID.
  */
 
-const HOST = '127.0.0.1'
 const BINARY = process.env.REDIS_SERVER ?? '/usr/bin/redis-server'
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer().once('error', reject)
-    probe.listen(0, HOST, () => {
-      const { port } = probe.address()
-      probe.close(() => resolve(port))
-    })
-  })
-}
 
 /** One PING over a plain socket (RESP), so this module needs no client: resolves true when the server answers PONG or asks for a password. */
 function answers(server) {
@@ -41,15 +31,6 @@ function answers(server) {
     })
     socket.write('PING\r\n')
   })
-}
-
-function isRunning(pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
 }
 
 /** Runs the server of `server` (its directory, port and options) until it answers; sets `server.pid`. */

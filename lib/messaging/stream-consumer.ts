@@ -57,6 +57,8 @@ export class StreamConsumer {
   async stop(): Promise<void> {
     this.stopped = true
     this.wakeUp?.()
+    // A command waiting for a connection would wait for Redis to come back: closing fails it, and the loop ends.
+    if (!this.link.ready) await this.link.close()
     let timer: NodeJS.Timeout | undefined
     const finished = await Promise.race([
       (this.running ?? Promise.resolve()).then(() => true),
@@ -127,19 +129,24 @@ export class StreamConsumer {
     this.nextClaim = Date.now() + claimAfter / 2
   }
 
-  /** Handles entries in order and acknowledges the handled ones; the first failure ends the batch (its entry stays pending). */
+  /**
+   * Handles entries in order, acknowledging each as soon as it is handled (sent without waiting, so the next entry
+   * does not wait for the round trip; all are awaited before the next read): a crash leaves only the entry in hand
+   * and the acknowledgements in flight to be delivered again. The first failure ends the batch (its entry stays pending).
+   */
   private async handleAll(entries: StreamEntry[]): Promise<void> {
-    const handled: StreamEntry[] = []
+    const acknowledgements: Promise<boolean>[] = []
     try {
       for (const entry of entries) {
         await this.handle(entry)
-        handled.push(entry)
+        acknowledgements.push(this.link.send(['XACK', entry.stream, this.settings.group, entry.id]).then(() => true, () => false))
       }
     } catch (e) {
       this.ownPending = true
       throw e
     } finally {
-      await this.acknowledge(handled)
+      // An acknowledgement that failed (Redis went away) leaves its entry pending: it comes again, after commit.
+      if ((await Promise.all(acknowledgements)).includes(false)) this.ownPending = true
     }
   }
 
@@ -161,12 +168,6 @@ export class StreamConsumer {
 
   private lost(stream: string, id: string): void {
     this.host.log.error(`${stream} entry ${id} was trimmed from the stream before group ${this.settings.group} handled it: it is lost. Raise the stream's maxLength or maxAge.`)
-  }
-
-  private async acknowledge(entries: StreamEntry[]): Promise<void> {
-    const byStream = new Map<string, string[]>()
-    for (const { stream, id } of entries) byStream.set(stream, [...(byStream.get(stream) ?? []), id])
-    for (const [stream, ids] of byStream) await this.link.send(['XACK', stream, this.settings.group, ...ids])
   }
 
   /** Removes this consumer from its groups where nothing is pending for it (a consumer with pending entries stays, for them to be claimed). */

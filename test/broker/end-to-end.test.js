@@ -62,8 +62,8 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
 
   test('Redis stopped (killed) for 5 s in the middle of the relay: every committed event arrives, none rolled back', async () => {
     const { producer } = await setUp({ persistence: true })
-    const placing = apps.placeOrders(producer, ORDERS)
-    await waitFor(async () => (await streamLength()) >= 500, { timeout: 180000, interval: 10, what: '500 events relayed' })
+    await apps.placeOrders(producer, ORDERS)
+    await waitFor(async () => (await streamLength()) >= 500, { timeout: 300000, interval: 10, what: '500 events relayed' })
     const relayedAtStop = await streamLength()
     await haltServer(redis, 'SIGKILL')
     const stoppedAt = Date.now()
@@ -72,7 +72,7 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
     const duringOutage = await apps.relayStats(producer)
     await restartServer(redis)
     const restartedAt = Date.now()
-    await placing
+    await apps.ordersPlaced(producer)
     const settledAt = await apps.settled({ producerDb, consumerDb, redisClient })
     const figures = {
       ...(await expectCommittedEventsReceived()),
@@ -89,12 +89,12 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
 
   test('the producer killed (SIGKILL) during the relay: after its restart every committed event arrives, none rolled back', async () => {
     const { producer } = await setUp({ persistence: false })
-    // if the relay is slower than the orders, the kill cuts off business transactions too: their orders and events are gone together
-    const placing = apps.placeOrders(producer, ORDERS).catch(() => 'killed')
-    await waitFor(async () => (await streamLength()) >= 1000, { timeout: 180000, interval: 10, what: '1,000 events relayed' })
+    // if the relay is faster than the orders, the kill cuts off business transactions too: their orders and events are gone together
+    await apps.placeOrders(producer, ORDERS)
+    await waitFor(async () => (await streamLength()) >= 1000, { timeout: 300000, interval: 10, what: '1,000 events relayed' })
+    const placingCutOff = !(await apps.placing(producer)).done
     await apps.kill(producer)
     running.delete(producer)
-    const placingCutOff = (await placing) === 'killed'
     const committedAtKill = (await apps.records(producerDb, 'order')).length
     const inQueueAtKill = await apps.queued(producerDb)
     const relayedAtKill = await streamLength()
@@ -115,8 +115,8 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
 
   test('the consumer killed (SIGKILL) while entries are pending: another consumer claims them, every committed event arrives once handled', async () => {
     const { producer, consumer } = await setUp({ persistence: false })
-    const placing = apps.placeOrders(producer, ORDERS)
-    await waitFor(async () => (await streamLength()) >= 300, { timeout: 180000, interval: 10, what: '300 events relayed' })
+    await apps.placeOrders(producer, ORDERS)
+    await waitFor(async () => (await streamLength()) >= 300, { timeout: 300000, interval: 10, what: '300 events relayed' })
     // frozen, then killed only while entries it received are unacknowledged
     const name = apps.consumerName(consumer)
     let pendingAtKill = 0
@@ -127,12 +127,12 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
       if (count > 0) return true
       process.kill(consumer.pid, 'SIGCONT')
       return false
-    }, { timeout: 180000, interval: 5, what: 'entries pending for the consumer' })
+    }, { timeout: 300000, interval: 5, what: 'entries pending for the consumer' })
     await apps.kill(consumer)
     running.delete(consumer)
     const restartedAt = Date.now()
     await start(apps.startConsumer(consumerDb, redis))
-    await placing
+    await apps.ordersPlaced(producer)
     const settledAt = await apps.settled({ producerDb, consumerDb, redisClient })
     const figures = {
       ...(await expectCommittedEventsReceived()),

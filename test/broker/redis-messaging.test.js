@@ -1,4 +1,4 @@
-const { suiteRedis, haltServer, restartServer } = require('./support/redis')
+const { suiteRedis, haltServer, restartServer, failedRelay } = require('./support/redis')
 const { startApp } = require('../support/app')
 const { waitFor } = require('../support/wait')
 const { MESSAGES, messages } = require('../support/outbox')
@@ -28,10 +28,7 @@ describe("CAP's redis-messaging with the plugin", () => {
     await waitFor(() => !adapter.client.isReady, { what: "the adapter's client to notice the outage" })
 
     await cds.tx(() => messaging.emit('orders/created', { n: 1 }))
-    const [failed] = await waitFor(async () => {
-      const rows = await messages()
-      return rows[0]?.attempts >= 2 && rows
-    }, { what: 'two failed relay attempts while Redis is down' })
+    const failed = await failedRelay(2)
     expect(failed.lastError).toMatch(/Redis connection not ready/)
 
     // Published once Redis is back (pub/sub: a subscriber connected at that moment gets it, see README)

@@ -1,4 +1,4 @@
-const { suiteRedis, haltServer, restartServer } = require('./support/redis')
+const { suiteRedis, haltServer, restartServer, failedRelay } = require('./support/redis')
 const { startApp } = require('../support/app')
 const { waitFor } = require('../support/wait')
 const { MESSAGES, messages } = require('../support/outbox')
@@ -89,7 +89,7 @@ describe("kind 'redis-streams'", () => {
   test('each XADD bounds the stream to about maxLength entries', async () => {
     const bounded = await cds.connect.to('boundedStreams')
     for (let i = 0; i < 10; i++) await cds.tx(() => Promise.all(Array.from({ length: 100 }, (_, n) => bounded.emit('metrics/sampled', { n }))))
-    await waitFor(async () => (await messages()).length === 0, { what: 'the relay of 1,000 events' })
+    await waitFor(async () => (await messages()).length === 0, { timeout: 120000, what: 'the relay of 1,000 events' })
     const length = Number(await client.sendCommand(['XLEN', 'metrics/sampled']))
     // approximate trimming removes whole nodes (100 entries each by default)
     expect(length).toBeGreaterThanOrEqual(100)
@@ -121,10 +121,7 @@ describe("kind 'redis-streams'", () => {
     const streams = await cds.connect.to('streams')
     await haltServer(redis, 'SIGKILL')
     await cds.tx(() => streams.emit('orders/cancelled', { n: 1 }))
-    const [failed] = await waitFor(async () => {
-      const rows = await messages()
-      return rows[0]?.attempts >= 2 && rows
-    }, { what: 'two failed relay attempts' })
+    const failed = await failedRelay(2)
     expect(failed.lastError).toMatch(/not connected to Redis/)
     await restartServer(redis)
     await waitFor(() => received.length === 1, { timeout: 30000, what: 'the event after Redis is back' })

@@ -9,18 +9,25 @@ const { waitFor } = require('../../support/wait')
  * what the test reads from their databases and from Redis. Processes are started and stopped by their PID.
  */
 
-/** A new database of the project's kind: what instances.js takes (a PostgreSQL database name, or cds.requires.db). */
+/**
+ * `cds.requires.db` of a new database of the project's kind. On PostgreSQL the pool waits up to 10 s for a connection:
+ * a first connection to a database just created took longer than the default 1 s on the loaded machine, and the
+ * deployment failed (as test/support/app.js notes for the in-process suites).
+ */
 async function newDatabase() {
   if (!onPostgres()) return { kind: 'sqlite', credentials: { url: newDatabaseFile() } }
   const postgres = require('../../support/postgres')
   const name = postgres.newDatabaseName()
   await postgres.createDatabase(name)
-  return name
+  const db = postgres.dbConfig(name)
+  return { ...db, pool: { ...db.pool, acquireTimeoutMillis: 10000 } }
 }
 
 /** Runs `sql` on `database` (as newDatabase returned it) and resolves to its rows. */
 async function query(database, sql) {
-  if (typeof database === 'string') return require('../../support/postgres').withClient(async client => (await client.query(sql)).rows, database)
+  if (database.kind === 'postgres') {
+    return require('../../support/postgres').withClient(async client => (await client.query(sql)).rows, database.credentials.database)
+  }
   const db = new (require('better-sqlite3'))(database.credentials.url, { readonly: true, timeout: 5000 })
   try {
     return db.prepare(sql).all()
@@ -46,8 +53,13 @@ function brokerConfig(redis, own = {}) {
   return { broker: { kind: 'redis-streams', credentials: { uri: redis.url }, format: 'cloudevents', claimAfter: '2s', ...own } }
 }
 
-/** Queue options of both apps: short leases (a killed producer's claims are taken over after 2 s), quick retries. */
-const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' } }
+/**
+ * Queue options of both apps: short leases (a killed producer's claims are taken over after 2 s), quick retries, and
+ * batches of 10: a relay attempt is a broker round trip (10 ms and more with Redis fsyncing every write, on the loaded
+ * 2-core machine), so a batch of 50 took its first few within its 100 ms and handed the rest back; in one run 26,422
+ * hand-backs for 2,000 relays, whose writes slowed the relay to a crawl.
+ */
+const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' }, batchSize: 10 }
 
 function startProducer(database, redis, { deploy = false } = {}) {
   return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue: QUEUE, requires: brokerConfig(redis) })
@@ -68,11 +80,23 @@ async function kill(child) {
   await exited
 }
 
-/** Posts the producer's business transactions; resolves with the number of orders committed. */
+/** Starts the producer's business transactions (see producer.js). */
 async function placeOrders(producer, { from = 0, count, perTx = 10, rollbackEvery = 6 }) {
   const res = await fetch(`${producer.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ from, count, perTx, rollbackEvery }) })
-  if (!res.ok) throw new Error(`POST /orders answered ${res.status}: ${await res.text()}`)
-  return (await res.json()).committed
+  if (res.status !== 202) throw new Error(`POST /orders answered ${res.status}: ${await res.text()}`)
+}
+
+/** How far the producer's business transactions are: { done, committed, error }. */
+const placing = async producer => (await fetch(`${producer.url}/orders`)).json()
+
+/** Waits until the producer placed all orders; resolves with the number committed. */
+async function ordersPlaced(producer) {
+  const { committed, error } = await waitFor(async () => {
+    const progress = await placing(producer)
+    return progress.done && progress
+  }, { timeout: 600000, interval: 250, what: 'the producer to place its orders' })
+  if (error) throw new Error(`placing orders failed: ${error}`)
+  return committed
 }
 
 const relayStats = async producer => (await fetch(`${producer.url}/relay-stats`)).json()
@@ -93,5 +117,5 @@ async function settled({ producerDb, consumerDb, redisClient, timeout = 300000 }
 }
 
 module.exports = {
-  newDatabase, query, records, queued, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, relayStats, settled
+  newDatabase, query, records, queued, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
 }
