@@ -139,6 +139,8 @@ export class StreamConsumer {
    */
   private async handleAll(entries: StreamEntry[]): Promise<void> {
     for (const entry of entries) {
+      // On shutdown the rest stay pending for this consumer's next run or another consumer (after claimAfter).
+      if (this.stopped) return
       await this.handle(entry)
       await this.link.send(['XACK', entry.stream, this.settings.group, entry.id])
     }
