@@ -1,6 +1,6 @@
 import type { Claim, NewMessage } from '../interfaces'
 import { iso, newRow } from './rows'
-import { deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -311,6 +311,7 @@ export function ping(): Query {
 
 /**
  * Dead letters of this app past their retention (`expired`): both CAP's columns and the claim's index mark them dead
- * (not due, no runner holds them), so a row being revived is not one.
+ * (not due, no runner holds them), so a row being revived is not one; one that blocks its ordering key stays.
  */
-export const expiredDeadLetters = (own: Cqn, limits: AttemptLimits, expired: Cqn): Cqn => all(own, isNull('dueAt'), isNull('status'), deadLettersCqn(limits), expired)
+export const expiredDeadLetters = (own: Cqn, limits: AttemptLimits, expired: Cqn): Cqn =>
+  all(own, isNull('dueAt'), isNull('status'), BLOCKS_NOTHING.cqn, deadLettersCqn(limits), expired)

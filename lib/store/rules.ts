@@ -162,6 +162,13 @@ export function expiredCqn({ byRetention, otherwise }: Retentions, now: number):
   return perTargetCqn(byRetention, otherwise, retention => (retention === undefined ? undefined : [lastTouched, '<', val(iso(now - retention))]))
 }
 
+/**
+ * A dead letter that blocks nothing: unkeyed, or one that left its key (`orderingOnDeadLetter: 'continue'`). One that
+ * keeps its key (`'block'`) holds the key's later messages back until an operator revives or deletes it, so the
+ * retention never removes it: they would run with no operator decision.
+ */
+export const BLOCKS_NOTHING: { sql: string; cqn: Cqn } = { sql: 'orderingKey IS NULL', cqn: { xpr: [ref('orderingKey'), 'is', 'null'] } }
+
 /** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
 

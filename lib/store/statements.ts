@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
+import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -366,7 +366,8 @@ export function queueStatistics(dialect: Dialect, own: Fragment, limits: Attempt
 /**
  * Deletes up to `limit` of this app's dead letters past their queue's retention (`expired`), reading back what it
  * deleted. Rows another transaction holds (a revive in progress, another instance's cleanup) are skipped, not waited
- * for, and only rows both CAP's columns and the claim's index mark as dead go (a row being revived is neither). The
+ * for, only rows both CAP's columns and the claim's index mark as dead go (a row being revived is neither), and a
+ * dead letter that blocks its ordering key stays (see `BLOCKS_NOTHING`). The
  * rows are chosen once, in a materialized CTE: PostgreSQL may evaluate `IN (SELECT … LIMIT n)` more than once in a
  * DELETE, and then deletes more than `limit` rows (measured: 880 of a batch of 500).
  */
@@ -374,7 +375,7 @@ export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, e
   const dead = deadLettersSql(limits)
   return {
     sql: `WITH doomed AS MATERIALIZED (SELECT ID FROM ${TABLE} WHERE ${own.sql} AND ${NOT_DUE.sql} AND status IS NULL
-        AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
+        AND ${BLOCKS_NOTHING.sql} AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
       DELETE FROM ${TABLE} WHERE ID IN (SELECT ID FROM doomed)
       RETURNING ID AS "ID", target AS "target", service AS "service", event AS "event"`,
     params: [...own.params, ...dead.params, ...expired.params, limit]
