@@ -11,7 +11,7 @@ import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, typ
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
-import type { BatchingStore, Savepointed } from './queue-store'
+import type { BatchingStore, HeldBack, Savepointed } from './queue-store'
 import { inOwnTransaction } from './index'
 
 /** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
@@ -276,7 +276,8 @@ export class NativeStore implements BatchingStore {
   /**
    * Brings the plugin's index columns in line with CAP's columns where others wrote them (see rules.ts): dead letters
    * with attempts below their queue's limit again become due; rows another writer released lose their claim; rows
-   * another runner holds get a lease of `timeout`. The number of rows changed.
+   * another runner holds get a lease of `timeout`; held-back rows whose key has no earlier message any more become due.
+   * The number of rows changed. Keyed rows others wrote are held back by `holdBack`.
    */
   async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
     const { skipLocked } = this.dialect
@@ -284,11 +285,19 @@ export class NativeStore implements BatchingStore {
     changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
-    changed += await this.changes(statements.park(this.own, this.ownE, skipLocked, RECONCILE_BATCH))
     changed += await this.promoteOrphans()
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /**
+   * Holds back keyed rows others wrote behind an earlier message of their key, at most `RECONCILE_BATCH` (see
+   * `QueueStore.holdBack`).
+   */
+  async holdBack(): Promise<HeldBack> {
+    const held = await this.changes(statements.park(this.own, this.ownE, this.dialect.skipLocked, RECONCILE_BATCH))
+    return { held, more: held === RECONCILE_BATCH }
   }
 
   /**

@@ -9,7 +9,7 @@ import { distinctKeys, iso, messageRow, millis } from './rows'
 import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type Retentions } from './rules'
 import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
-import type { QueueStore } from './queue-store'
+import type { HeldBack, QueueStore } from './queue-store'
 import type { Described } from './statements'
 
 /**
@@ -219,6 +219,11 @@ export class PortableStore implements QueueStore {
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key (see `unpark`). */
+  async holdBack(): Promise<HeldBack> {
+    return { held: 0, more: false }
   }
 
   /** Updates the rows `where` selects, each with what `set` gives it (rows alike together, a chunk of IDs at a time). */

@@ -50,6 +50,12 @@ export interface QueueStore {
   renewAll(claims: Claim[], until: number): Promise<Set<string>>
   /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
   reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
+  /**
+   * Holds back keyed rows others wrote (CAP's runner, scripts, a bulk import) behind an earlier message of their key,
+   * so claims never read them: a bounded number in the current transaction, and whether more may be left (the caller
+   * goes on in a transaction of its own, until none is).
+   */
+  holdBack(): Promise<HeldBack>
   /** The claims held in the names `owners` according to the table. */
   claimsOf(owners: string[]): Promise<Claim[]>
   /**
@@ -73,6 +79,12 @@ export interface QueueStore {
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */
   close(): Promise<void>
+}
+
+/** What one `holdBack` did: the rows it held back, and whether more may be waiting for it. */
+export interface HeldBack {
+  held: number
+  more: boolean
 }
 
 /** One message's part of a transaction several messages share (see `BatchingStore.savepointed`). */
