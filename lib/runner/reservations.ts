@@ -2,6 +2,8 @@ import cds from '@sap/cds'
 import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
+import { runInContext } from '../cap/contexts'
+import { stillHeld } from './written'
 import type { Gates } from './gates'
 import type { Slots } from './slots'
 
@@ -96,6 +98,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
   let settled = false
   // 'succeeded' is emitted only to commit: without it, 'failed' is a plain rollback
   let committing = false
+  context.before('commit', () => keepStillHeld(host, context, reserved))
   context.before('succeeded', () => void (committing = true))
   context.on('succeeded', () => {
     if (settled) return
@@ -114,6 +117,26 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
       host.slots.unreserve()
     }
   })
+}
+
+/**
+ * Before the commit: what the transaction wrote into the rows decides (see written.ts). Messages no longer held as
+ * written give their slots back and are left to the claim; the others run with what their rows say.
+ */
+async function keepStillHeld(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): Promise<void> {
+  let kept: Reserved[] = []
+  try {
+    kept = await runInContext(context, () => stillHeld(host.store, reserved, Date.now()))
+  } catch (e) {
+    // the commit goes on: the rows, claimed in this process's name with no record of it, are handed back at the next poll
+    LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
+  }
+  for (const { row } of reserved.filter(entry => !kept.includes(entry))) {
+    host.reserved.delete(row.ID)
+    host.slots.unreserve()
+  }
+  if (kept.length < reserved.length) context.on('succeeded', () => host.wake())
+  reserved.splice(0, reserved.length, ...kept)
 }
 
 async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): Promise<void> {

@@ -3,11 +3,11 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
-import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
-import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
+import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
@@ -310,6 +310,16 @@ export class NativeStore implements BatchingStore {
     this.parkedAfter = keys.length === RECONCILE_BATCH ? keys[keys.length - 1].key : ''
     const firsts = keys.map(k => k.first).filter((ID): ID is string => !!ID)
     return firsts.length ? this.changes(statements.unpark(firsts)) : 0
+  }
+
+  /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */
+  async rowStates(IDs: string[]): Promise<RowState[]> {
+    return (await this.rows<Record<string, unknown>>(statements.rowStates(this.dialect, IDs))).map(rowState)
+  }
+
+  /** Gives up the row `claim` holds, its index written as `index` says; false if the claim did not hold it. */
+  async reindex(claim: Claim, index: ClaimIndex): Promise<boolean> {
+    return (await this.changes(statements.reindex(claim, index))) === 1
   }
 
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */

@@ -1,6 +1,6 @@
 import type { Claim, NewMessage } from '../interfaces'
 import { iso, newRow } from './rows'
-import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -204,6 +204,16 @@ export function fail(claim: Claim, attempts: number, lastError: string | null, d
 /** Moves the leases of `claims` to `until`; `lastAttemptTimestamp` follows, so CAP's runner sees the row held. */
 export function renew(claims: Claim[], until: number, now: number): Query {
   return whileHeld({ dueAt: iso(until), lastAttemptTimestamp: iso(now) }, claims)
+}
+
+/** CAP's columns and the claim of the rows `IDs` (see `RowState`). */
+export function rowStates(IDs: string[]): Query {
+  return SELECT.from(ENTITY).columns('ID', 'status', 'attempts', 'lastError', 'lastAttemptTimestamp', 'timestamp', 'claimedBy', 'claimedAt').where(inList('ID', IDs))
+}
+
+/** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
+export function reindex(claim: Claim, { claimedBy, claimedAt, dueAt }: ClaimIndex): Query {
+  return whileHeld({ claimedBy, claimedAt: claimedAt === null ? null : iso(claimedAt), dueAt: iso(dueAt) }, [claim])
 }
 
 /** The IDs of `claims` their claim still holds. */

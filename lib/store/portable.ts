@@ -1,12 +1,12 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
 import type { Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
-import { distinctKeys, iso, messageRow, millis } from './rows'
-import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type Retentions } from './rules'
+import { distinctKeys, iso, messageRow, millis, rowState } from './rows'
+import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type ClaimIndex, type Retentions } from './rules'
 import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
 import type { HeldBack, QueueStore } from './queue-store'
@@ -178,6 +178,14 @@ export class PortableStore implements QueueStore {
 
   async interrupt(claims: Claim[]): Promise<void> {
     if (claims.length) await q.interrupt(claims)
+  }
+
+  async rowStates(IDs: string[]): Promise<RowState[]> {
+    return ((await q.rowStates(IDs)) as Record<string, unknown>[]).map(rowState)
+  }
+
+  async reindex(claim: Claim, index: ClaimIndex): Promise<boolean> {
+    return Number(await q.reindex(claim, index)) === 1
   }
 
   async held(claims: Claim[]): Promise<Set<string>> {

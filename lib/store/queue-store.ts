@@ -1,6 +1,6 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import type { AttemptLimits, Retentions } from './rules'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import type { AttemptLimits, ClaimIndex, Retentions } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -44,6 +44,10 @@ export interface QueueStore {
   release(claims: Claim[], dueAt?: Date, alone?: boolean): Promise<number>
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
   interrupt(claims: Claim[]): Promise<void>
+  /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */
+  rowStates(IDs: string[]): Promise<RowState[]>
+  /** Gives up the row `claim` holds, its index written as `index` says; false if the claim did not hold it. */
+  reindex(claim: Claim, index: ClaimIndex): Promise<boolean>
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
   held(claims: Claim[]): Promise<Set<string>>
   /** Moves the leases of `claims` (of one claim) to `until`, in a transaction of its own; the IDs of those still held. */

@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
+import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -222,6 +222,23 @@ export function keysRunningElsewhere(ownE: Fragment, owner: string, claimedAt: s
 function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
   const held = heldBy(claims)
   return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
+}
+
+/** CAP's columns and the claim of the rows `IDs` (see `RowState`). */
+export function rowStates(dialect: Dialect, IDs: string[]): Fragment {
+  return {
+    sql: `SELECT ID AS "ID", status AS "status", attempts AS "attempts", lastError AS "lastError",
+        ${dialect.isoText('lastAttemptTimestamp')} AS "lastAttemptTimestamp", ${dialect.isoText('timestamp')} AS "timestamp",
+        claimedBy AS "claimedBy", ${dialect.isoText('claimedAt')} AS "claimedAt"
+      FROM ${TABLE} WHERE ID IN (${IDs.map(() => '?').join(', ')})`,
+    params: IDs
+  }
+}
+
+/** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
+export function reindex(claim: Claim, index: ClaimIndex): Fragment {
+  const { claimedBy, claimedAt, dueAt } = index
+  return whileHeld('claimedBy = ?, claimedAt = ?, dueAt = ?', [claimedBy, claimedAt === null ? null : iso(claimedAt), iso(dueAt)], [claim])
 }
 
 /** Counts an interruption of `claims` now, for the one their takeover will find (see `claim`). */
