@@ -148,7 +148,7 @@ export interface Claim {
   orderingKey?: string | null
 }
 
-/** What decides a row's fate, as a transaction reads it: CAP's columns and the claim (timestamps in epoch ms, NaN if null). */
+/** What decides a row's fate as a transaction reads it: CAP's columns and the claim (epoch ms; NaN for null). */
 export interface RowState {
   ID: string
   status: string | null

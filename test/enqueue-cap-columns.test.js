@@ -10,8 +10,8 @@ startApp({ requires: { Short: { impl: 'srv/plain-service.js', outboxed: { timeou
 const HOUR = 3_600_000
 const iso = ms => new Date(ms).toISOString()
 
-// SPEC §0: CAP's columns decide, whoever wrote them and when — also the enqueuing transaction itself, after a message
-// due now was written claimed at enqueue to run right after the commit.
+// SPEC §0: CAP's columns decide, whoever wrote them and when — also the enqueuing transaction itself, after a
+// message due now was written claimed at enqueue to run right after the commit.
 describe("CAP's columns written in the enqueuing transaction decide over the claim at enqueue", () => {
   let target, short
   const runs = []

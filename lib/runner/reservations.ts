@@ -128,7 +128,7 @@ async function keepStillHeld(host: ReservationHost, context: TransactionContext,
   try {
     kept = await runInContext(context, () => stillHeld(host.store, reserved, Date.now()))
   } catch (e) {
-    // the commit goes on: the rows, claimed in this process's name with no record of it, are handed back at the next poll
+    // the commit goes on: rows claimed in this process's name that it has no record of are handed back at a poll
     LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
   }
   for (const { row } of reserved.filter(entry => !kept.includes(entry))) {

@@ -229,7 +229,7 @@ export class PortableStore implements QueueStore {
     return changed
   }
 
-  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key (see `unpark`). */
+  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key. */
   async holdBack(): Promise<HeldBack> {
     return { held: 0, more: false }
   }

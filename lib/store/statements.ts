@@ -108,8 +108,8 @@ export function promoteNext(keys: string[], ownF: Fragment): Fragment {
 
 /**
  * Reconciliation: holds back messages others wrote (CAP's runner, scripts, CQL handlers on the table) behind an
- * earlier message of their key, at most `limit` (see `NativeStore.holdBack`). Only rows never attempted: their due time is their
- * `timestamp`, which `promoteNext` restores.
+ * earlier message of their key, at most `limit` (see `NativeStore.holdBack`). Only rows never attempted: their due
+ * time is their `timestamp`, which `promoteNext` restores.
  */
 export function park(own: Fragment, ownE: Fragment, skipLocked: string, limit: number): Fragment {
   const first = firstOfItsKey(ownE)
