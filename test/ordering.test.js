@@ -113,7 +113,8 @@ describe('ordering and concurrency', () => {
     })
     await waitFor(() => seen.length === 1, { what: 'the message due now' })
     expect(seen).toEqual([1])
-    const [waiting] = await messages()
+    // its row goes when its handler's transaction commits, just after the handler ran
+    const [waiting] = await waitFor(async () => { const rows = await messages(); return rows.length === 1 && rows }, { what: 'its row deleted' })
     expect(JSON.parse(waiting.msg).data).toEqual({ key: 'delayed', seq: 0 })
   })
 
