@@ -5,7 +5,7 @@ import { claimOf } from '../store/rules'
 import { runInContext } from '../cap/contexts'
 import { stillHeld } from './written'
 import type { Gates } from './gates'
-import type { Slots } from './slots'
+import type { Holdings } from './holdings'
 
 import { LOG } from '../log'
 
@@ -29,14 +29,13 @@ export function enqueueLease(queue: QueueSettings): number {
 export interface ReservationHost {
   readonly store: QueueStore
   readonly owner: string
-  readonly slots: Slots
+  /** Where a slot is promised to a message being enqueued, until it starts or goes back. */
+  readonly holdings: Holdings
   readonly gates: Gates
-  /** IDs of the messages written claimed at enqueue that have not started or gone back yet. */
-  readonly reserved: Set<string>
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
-  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
+  /** Claims soon: a message given up before the commit is left to the claim. */
   wake(): void
 }
 
@@ -66,15 +65,13 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.gates.gated(queue) || !host.slots.reserve(queue)) return false
+  if (!host.running || host.gates.gated(queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = Date.now()
-  host.reserved.add(message.ID)
   try {
     await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
   } catch (e) {
-    host.reserved.delete(message.ID)
-    host.slots.unreserve()
+    host.holdings.unreserve(message.ID)
     throw e
   }
   const { ID, target, msg } = message
@@ -104,7 +101,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
     if (settled) return
     settled = true
     for (const { row, claimedBy, queue } of reserved) {
-      host.slots.commitReservation()
+      host.holdings.commit(row.ID)
       runAfterCommit(host, row, claimedBy, queue)
     }
   })
@@ -112,10 +109,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
     if (settled) return
     settled = true
     if (committing) return void setImmediate(() => void settleAfterFailure(host, reserved))
-    for (const { row } of reserved) {
-      host.reserved.delete(row.ID)
-      host.slots.unreserve()
-    }
+    for (const { row } of reserved) host.holdings.unreserve(row.ID)
   })
 }
 
@@ -131,10 +125,7 @@ async function keepStillHeld(host: ReservationHost, context: TransactionContext,
     // the commit goes on: rows claimed in this process's name that it has no record of are handed back at a poll
     LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
   }
-  for (const { row } of reserved.filter(entry => !kept.includes(entry))) {
-    host.reserved.delete(row.ID)
-    host.slots.unreserve()
-  }
+  for (const { row } of reserved.filter(entry => !kept.includes(entry))) host.holdings.unreserve(row.ID)
   if (kept.length < reserved.length) context.on('succeeded', () => host.wake())
   reserved.splice(0, reserved.length, ...kept)
 }
@@ -150,11 +141,10 @@ async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): 
   }
   for (const { row, claimedBy, queue } of reserved) {
     if (committed.has(row.ID)) {
-      host.slots.commitReservation()
+      host.holdings.commit(row.ID)
       runAfterCommit(host, row, claimedBy, queue)
     } else {
-      host.reserved.delete(row.ID)
-      host.slots.unreserve()
+      host.holdings.unreserve(row.ID)
     }
   }
 }
@@ -167,16 +157,8 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   // Detached from the committing request, like a claim pass: its handlers get the message's context only.
   setImmediate(() => {
     cds.context = undefined
-    host.slots.endReservation()
     const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
-    if (!host.running || stale) {
-      void host.handBack([row], claimedBy).then(() => {
-        host.reserved.delete(row.ID)
-        host.wake()
-      })
-    } else {
-      host.run(queue, [row], claimedBy, true)
-      host.reserved.delete(row.ID)
-    }
+    if (!host.running || stale) void host.holdings.handBackReserved(row, claimedBy)
+    else host.run(queue, [row], claimedBy, true)
   })
 }
