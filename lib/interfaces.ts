@@ -148,6 +148,18 @@ export interface Claim {
   orderingKey?: string | null
 }
 
+/** What decides a row's fate as a transaction reads it: CAP's columns and the claim (epoch ms; NaN for null). */
+export interface RowState {
+  ID: string
+  status: string | null
+  attempts: number
+  lastError: string | null
+  lastAttemptTimestamp: number
+  timestamp: number
+  claimedBy: string | null
+  claimedAt: number
+}
+
 /** A row to be written. */
 export interface NewMessage {
   ID: string

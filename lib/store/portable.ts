@@ -1,15 +1,15 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
 import type { Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
-import { distinctKeys, iso, messageRow, millis } from './rows'
-import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type Retentions, type TaskRow } from './rules'
+import { distinctKeys, iso, messageRow, millis, rowState } from './rows'
+import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Retentions, type TaskRow } from './rules'
 import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
-import type { QueueStore } from './queue-store'
+import type { HeldBack, QueueStore } from './queue-store'
 import type { Described } from './statements'
 
 /**
@@ -182,6 +182,14 @@ export class PortableStore implements QueueStore {
     if (claims.length) await q.interrupt(claims)
   }
 
+  async rowStates(IDs: string[]): Promise<RowState[]> {
+    return ((await q.rowStates(IDs)) as Record<string, unknown>[]).map(rowState)
+  }
+
+  async reindex(claim: Claim, index: ClaimIndex): Promise<boolean> {
+    return Number(await q.reindex(claim, index)) === 1
+  }
+
   async held(claims: Claim[]): Promise<Set<string>> {
     const held = new Set<string>()
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
@@ -221,6 +229,11 @@ export class PortableStore implements QueueStore {
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key. */
+  async holdBack(): Promise<HeldBack> {
+    return { held: 0, more: false }
   }
 
   /** Updates the rows `where` selects, each with what `set` gives it (rows alike together, a chunk of IDs at a time). */
