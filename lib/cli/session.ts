@@ -6,8 +6,10 @@ import { waitingForOtherWriters } from '../cap/database-options'
 import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
 import { compileSettings } from '../settings'
+import { readDatabaseClock } from '../store/database-time'
 import type { Session } from './commands'
 import type { Streams } from './output'
+import { clock } from '../time/clock'
 
 /** CAP's loggers whose info lines (connecting, pools) would mix with the CLI's output; warnings still show. */
 const QUIET = ['cds', 'db', 'sqlite', 'postgres', 'pool', 'queue']
@@ -46,6 +48,8 @@ export async function openSession(streams: Streams): Promise<Session & { close()
   cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
   waitingForOtherWriters(db)
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
+  // "now" for revivals and age filters is the database's, as in the app (lib/time/clock.ts)
+  clock.adjust(await readDatabaseClock(connected))
   return {
     queries: new OperatorQueries(settings.queues, settings.appid, settings.runner.store),
     db: connected,

@@ -1,4 +1,5 @@
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * The relay lag of the last hour, sampled in memory by the process serving the ops page.
@@ -43,7 +44,7 @@ export class LagHistory {
     /** Counts the queues as of `at` (epoch ms), the moment the sample is stamped with. */
     private readonly count: (at: number) => Promise<QueueCounts[]>,
     private readonly interval: number,
-    private readonly now: () => number = Date.now
+    private readonly now: () => number = () => clock.now()
   ) {}
 
   /** Samples now and then every `interval` ms; the timer never keeps the process alive. */

@@ -3,6 +3,7 @@ import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
 import type { QueueStore } from '../store'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
@@ -91,7 +92,7 @@ export class Renewals {
 
   add(lease: Lease): void {
     this.leases.add(lease)
-    if (!this.timer) this.schedule(Math.min(this.interval, (this.heldUntil - Date.now()) / 2))
+    if (!this.timer) this.schedule(Math.min(this.interval, (this.heldUntil - clock.now()) / 2))
   }
 
   /** A handler must stop before its lease runs out, not after another instance took its message over. */
@@ -116,14 +117,14 @@ export class Renewals {
   private async renew(): Promise<void> {
     const leases = [...this.leases]
     let held: Set<string>
-    const until = Date.now() + this.timeout
+    const until = clock.now() + this.timeout
     try {
       // Detached from whichever context the timer fired in: a renewal is a transaction of its own.
       cds.context = undefined
       held = await this.store.renewAll(leases.map(l => l.claim), until)
     } catch (e) {
       this.failures++
-      const left = this.heldUntil - Date.now()
+      const left = this.heldUntil - clock.now()
       if (left <= this.margin) {
         LOG.error(`could not renew the lease of ${describe(leases)} before it ends; aborting the handlers, the messages are taken over:`, e)
         for (const lease of leases) lease.abort(new AttemptAborted(`Message ${lease.claim.ID}: its lease could not be renewed in time`, 'LEASE_LOST'))

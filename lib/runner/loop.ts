@@ -3,11 +3,13 @@ import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
+import { readDatabaseClock } from '../store/database-time'
 import type { Gates } from './gates'
 import type { Monitor } from './monitor'
 import type { Slots } from './slots'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { detached } from '../telemetry/spans'
+import { clock } from '../time/clock'
 import { LOG } from '../log'
 
 /** What the loop needs of the runner it drives. */
@@ -120,10 +122,10 @@ export class Loop {
     let failed: unknown
     const { tenants } = this.host
     try {
-      await tenants.refresh(Date.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
+      await tenants.refresh(clock.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
       do {
         this.again = false
-        const round = tenants.round(Date.now())
+        const round = tenants.round(clock.now())
         for (const tenant of round) {
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
@@ -156,7 +158,7 @@ export class Loop {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
-        this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
+        this.looked.set(tenant, this.looked.get(tenant) ?? clock.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
         const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
@@ -168,7 +170,7 @@ export class Loop {
           continue
         }
         tenants.claimed(tenant, rows.length)
-        this.lastClaimSucceededAt = Date.now()
+        this.lastClaimSucceededAt = clock.now()
         if (rows.length === 0) continue
         this.host.monitor.emit('claimed', { count: rows.length })
         await tenants.run(tenant, () => this.distribute(rows))
@@ -216,7 +218,7 @@ export class Loop {
 
   private claim(limit: number, skipTargets: string[]): Promise<MessageRow[]> {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
-    const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
+    const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
   }
@@ -231,13 +233,15 @@ export class Loop {
   }
 
   /**
-   * Brings the table's index columns in line with CAP's columns where others wrote them (see NativeStore.reconcile), and
-   * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
-   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
+   * Reads the database's clock again (see lib/time/clock.ts), brings the table's index columns in line with CAP's
+   * columns where others wrote them (see NativeStore.reconcile), and hands back rows claimed in this process's name
+   * that it holds no record of (a copy of a row re-inserted from a backup, say): at most once per poll interval, at
+   * the start of a pass (no claim of this loop is under way).
    */
   private async reconcile(tenant: Tenant): Promise<void> {
-    const now = Date.now()
-    if (!this.host.started || now - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    if (!this.host.started || clock.now() - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+    const now = clock.now()
     this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
@@ -279,7 +283,7 @@ export class Loop {
     }
     const poll = this.limits.pollInterval
     const next = tenants.earliest()
-    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - Date.now()))
+    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - clock.now()))
     this.plan(delay)
     if (!failing) this.host.monitor.emit('idle', { next: delay })
   }

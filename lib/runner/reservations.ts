@@ -6,6 +6,7 @@ import type { Gates } from './gates'
 import type { Slots } from './slots'
 
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs
@@ -66,7 +67,7 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
   // a gated queue's starts are counted by the loop that claims them (see Gates)
   if (!host.running || host.gates.gated(queue) || !host.slots.reserve(queue)) return false
   const claimedBy = `${host.owner}:enqueued`
-  const claimedAt = Date.now()
+  const claimedAt = clock.now()
   host.reserved.add(message.ID)
   try {
     await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
@@ -145,7 +146,7 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   setImmediate(() => {
     cds.context = undefined
     host.slots.endReservation()
-    const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
+    const stale = clock.now() - row.claimedAt > enqueueLease(queue) / 3
     if (!host.running || stale) {
       void host.handBack([row], claimedBy).then(() => {
         host.reserved.delete(row.ID)

@@ -7,6 +7,7 @@ import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
+import { readDatabaseClock } from '../store/database-time'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Gates } from './gates'
@@ -19,6 +20,7 @@ import { metaTenant } from '../cap/mtxs'
 import { groupBy } from '../group-by'
 import { TenantRegister } from '../tenants/register'
 import { Tenants, type Tenant } from '../tenants/tenants'
+import { clock } from '../time/clock'
 import { LOG } from '../log'
 
 /**
@@ -72,6 +74,9 @@ export class Runner {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
     watchBatchConnections(db)
     if (db !== cds.db && cds.db) return
+    // The queue's time is the database's (lib/time/clock.ts): read as soon as the database is there, so what this
+    // process enqueues at its start already uses it; every reconciliation reads it again (and warns if it cannot).
+    void inOwnTransaction(() => readDatabaseClock(db)).then(reading => clock.adjust(reading), e => LOG._debug && LOG.debug("could not read the database's clock yet:", e))
     const portable = usesPortableStore(this.settings.runner.store, db)
     LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
     // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
@@ -179,8 +184,8 @@ export class Runner {
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
         await this.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
-            fromRunning += await this.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
-            fromWaiting += await this.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
+            fromRunning += await this.store.release(leases.filter(l => l.started).map(l => l.claim), new Date(clock.now()))
+            fromWaiting += await this.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date(clock.now()))
           })
         )
       }

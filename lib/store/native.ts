@@ -13,6 +13,7 @@ import * as statements from './statements'
 import type { Described } from './statements'
 import type { BatchingStore, Savepointed } from './queue-store'
 import { inOwnTransaction } from './index'
+import { clock } from '../time/clock'
 
 /** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
 const RECONCILE_BATCH = 1000
@@ -261,7 +262,7 @@ export class NativeStore implements BatchingStore {
    * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
    */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const { sql, params } = statements.renew(claims, until, Date.now())
+    const { sql, params } = statements.renew(claims, until, clock.now())
     const rows = this.side
       ? (await this.side.run(this.dialect.prepare(sql), params)).rows
       : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))

@@ -11,6 +11,7 @@ import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
 import type { QueueStore } from './queue-store'
 import type { Described } from './statements'
+import { clock } from '../time/clock'
 
 /**
  * The portable store: the same statements as the native store (native.ts), in CQL through the current transaction,
@@ -194,7 +195,7 @@ export class PortableStore implements QueueStore {
    */
   renewAll(claims: Claim[], until: number): Promise<Set<string>> {
     return inOwnTransaction(async () => {
-      const renewed = Number(await q.renew(claims, until, Date.now()))
+      const renewed = Number(await q.renew(claims, until, clock.now()))
       // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
       if (renewed === claims.length) return new Set(claims.map(c => c.ID))
       if (renewed === 0) return new Set<string>()
@@ -314,6 +315,6 @@ function ordered(message: NewMessage): NewMessage {
   const key = message.orderingKey
   if (key === undefined) return message
   const ms = Date.parse(message.timestamp)
-  const at = keyClock.next(key, ms, Date.now())
+  const at = keyClock.next(key, ms, clock.now())
   return at === ms ? message : { ...message, timestamp: new Date(at).toISOString().replace('Z', '0000Z') }
 }
