@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
+import { waitingForOtherWriters } from './lib/cap/database-options'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
 import { mountOpsPage } from './lib/ops/page'
@@ -23,6 +24,8 @@ else {
   // The settings are compiled here, once; a configuration error stops the start.
   const plugin = activate(cds.env)
   installApi(plugin)
+  const db = cds.env.requires?.db as Parameters<typeof waitingForOtherWriters>[0] | undefined
+  if (db) waitingForOtherWriters(db)
 
   // The ops page comes with the operator service and is restricted like it.
   if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))

@@ -1,9 +1,9 @@
 import cds from '@sap/cds'
 
 /**
- * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`), that
- * `cds.db.tx(ctx)` returns the transaction a context already has, and that an ended root transaction marks its
- * context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
+ * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`, called through
+ * the transaction object before its first statement), that `cds.db.tx(ctx)` returns the transaction a context
+ * already has, and that an ended root transaction marks its context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
  * through CAP's query pipeline, which costs more than the queue's small statements themselves.
  * Contract: test/cap-contract.test.js "database transactions".
  */
@@ -46,6 +46,19 @@ export async function currentConnection(): Promise<unknown> {
   const beforeStatement = tx[$beforeStatement]
   await (beforeStatement ? beforeStatement() : begun(tx))
   return tx.dbc
+}
+
+/**
+ * Runs `after` on `tx` as soon as it has begun, before its first statement, whoever begins it: CAP with the first
+ * statement of a handler, or the store (`begun`). For a transaction that has not begun yet.
+ */
+export function afterBegin(tx: DatabaseTransaction, after: (tx: DatabaseTransaction) => Promise<void>): void {
+  const begin = tx.begin
+  tx.begin = async function (this: DatabaseTransaction) {
+    const begun = await begin.call(this)
+    await after(this)
+    return begun
+  }
 }
 
 /**

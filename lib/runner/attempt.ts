@@ -44,7 +44,7 @@ export async function attempt(row: MessageRow, claim: Claim, queue: QueueSetting
   const message = prepared.message
   try {
     await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
-      succeeded(row, claim, message, queue, store, srv, result)))
+      succeeded(row, claim, message, queue, store, srv, result), () => store.lockOnBegin()))
     return { outcome: { kind: 'succeeded' }, message }
   } catch (error) {
     return { outcome: failed(error, row, queue), message }

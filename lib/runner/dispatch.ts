@@ -56,15 +56,18 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
- * and `inTx` runs in the same transaction after the handlers, with their result.
+ * and `inTx` runs in the same transaction after the handlers, with their result; `atStart` before them, before the
+ * transaction's first statement.
  */
 export async function dispatchInTx(
   message: DecodedMessage,
   runtime: QueueInfoAtRuntime | undefined,
-  inTx: (srv: cds.Service, result: unknown) => Promise<void>
+  inTx: (srv: cds.Service, result: unknown) => Promise<void>,
+  atStart?: () => void
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
+    atStart?.()
     const result = await tx.dispatch(eventFor(message, runtime))
     await inTx(srv as unknown as cds.Service, result)
   })

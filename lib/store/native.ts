@@ -4,7 +4,7 @@ import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
 import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import { dialectFor, type Dialect } from './dialect'
+import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
@@ -327,7 +327,12 @@ export class NativeStore implements BatchingStore {
   sharedTransaction(): DatabaseTransaction {
     const tx = transactionOfContext()
     if (!tx) throw new Error('cds-event-queues: a batch of messages needs an open database transaction')
+    lockWhenBegun(this.dialect)
     return tx
+  }
+
+  lockOnBegin(): void {
+    lockWhenBegun(this.dialect)
   }
 
   /**

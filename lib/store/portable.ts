@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
 import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import type { Dialect } from './dialect'
+import { lockWhenBegun, type Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
@@ -47,7 +47,7 @@ export class PortableStore implements QueueStore {
 
   constructor(
     private readonly appid: string | undefined,
-    /** The native dialect where the database has one: only to create the claim's indexes at start. */
+    /** The native dialect where the database has one: to create the claim's indexes at start, and SQLite's write lock. */
     private readonly indexes?: Dialect
   ) {
     this.own = ownRowsCqn(appid)
@@ -205,6 +205,11 @@ export class PortableStore implements QueueStore {
 
   /** Nothing of its own to close: every statement runs on CAP's pooled connections. */
   async close(): Promise<void> {}
+
+  /** On SQLite with the native dialect's statement: CQL has no way to take a lock without a row. */
+  lockOnBegin(): void {
+    lockWhenBegun(this.indexes)
+  }
 
   async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
     const distinct = distinctKeys(keys)

@@ -73,6 +73,11 @@ export interface QueueStore {
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */
   close(): Promise<void>
+  /**
+   * The current transaction, not begun yet, runs a handler and then completes its message: where the database has
+   * one writer and snapshots (SQLite), it takes the write lock as it begins (see `lockWhenBegun` in dialect.ts).
+   */
+  lockOnBegin(): void
 }
 
 /** One message's part of a transaction several messages share (see `BatchingStore.savepointed`). */

@@ -1,5 +1,6 @@
 import { executeOnSqlite } from '../cap/drivers'
 import type { Dialect } from './dialect'
+import { TABLE } from './rules'
 
 export const sqlite: Dialect = {
   prepare: sql => sql,
@@ -12,5 +13,7 @@ export const sqlite: Dialect = {
   timestamp: value => value,
   indexesOf: table => `SELECT name AS "name" FROM sqlite_master WHERE type = 'index' AND tbl_name = '${table}'`,
   renewsOutsideThePool: false,
+  // a write that changes nothing: BEGIN IMMEDIATE within the transaction CAP began (deferred)
+  writeLock: `UPDATE ${TABLE} SET ID = ID WHERE 1 = 0`,
   execute: executeOnSqlite
 }
