@@ -64,6 +64,8 @@ export class Loop {
   private lastClaimAt = 0
   /** When each tenant was last reconciled (see `reconcile`). */
   private readonly reconciledAt = new Map<Tenant, number>()
+  /** When the database's clock was last read (see `reconcile`): once per poll interval, whatever the tenants. */
+  private clockReadAt = 0
   /** The tenants looked into since the last idle time, with when (for `idle`). */
   private readonly looked = new Map<Tenant, number>()
   private lastClaimSucceededAt: number | undefined
@@ -233,14 +235,18 @@ export class Loop {
   }
 
   /**
-   * Reads the database's clock again (see lib/time/clock.ts), brings the table's index columns in line with CAP's
-   * columns where others wrote them (see NativeStore.reconcile), and hands back rows claimed in this process's name
-   * that it holds no record of (a copy of a row re-inserted from a backup, say): at most once per poll interval, at
-   * the start of a pass (no claim of this loop is under way).
+   * Brings the table's index columns in line with CAP's columns where others wrote them (see NativeStore.reconcile), and
+   * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
+   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way). Reads
+   * the database's clock first (lib/time/clock.ts), in the first tenant reconciled in a poll interval: the tenants'
+   * databases share one server, and the provider's database has no queue table for CQL to read the clock with.
    */
   private async reconcile(tenant: Tenant): Promise<void> {
     if (!this.host.started || clock.now() - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
-    clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+    if (clock.now() - this.clockReadAt >= this.limits.pollInterval) {
+      clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+      this.clockReadAt = clock.now()
+    }
     const now = clock.now()
     this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host
