@@ -12,7 +12,7 @@ const cds = require('@sap/cds')
  * (only their `Date`, see test/support/skewed-clock.js). A `flush` makes a process claim whatever it finds due, so
  * each test looks at a claim made after the situation was set up.
  */
-const QUEUE = { timeout: '30s', pollInterval: '200ms', shutdownGrace: '1s' }
+const QUEUE = { timeout: '30s', pollInterval: '200ms', shutdownGrace: '1s', backoff: { base: '60s' } }
 const app = startApp({ requires: { queue: QUEUE } })
 
 describe('leases and due times follow the database clock, whatever a process clock says', () => {
@@ -48,7 +48,7 @@ describe('leases and due times follow the database clock, whatever a process clo
   })
   afterEach(async () => {
     open()
-    await DELETE.from(MESSAGES).where({ task: { in: ['delayed', 'delayed-behind'] } })
+    await DELETE.from(MESSAGES)
   })
 
   const post = async (instance, path, body = {}) => {
@@ -86,6 +86,19 @@ describe('leases and due times follow the database clock, whatever a process clo
     expect(row).toMatchObject({ status: null, attempts: 0 })
     expect(runs).not.toContain(row.ID)
     expect(ranElsewhere(row.ID)).toBe(false)
+  })
+
+  test('a retry written by an instance whose clock runs 40 s behind waits its backoff', async () => {
+    // its first attempt fails there; the next is due 30 s later (backoff base 60 s, factor 1.5)
+    await post(behind, '/enqueue', { from: 0, count: 1, event: 'unavailable' })
+    const failed = await waitFor(async () => {
+      const row = await SELECT.one.from(MESSAGES).columns('ID', 'status', 'attempts', 'lastError').where({ event: 'unavailable' })
+      return row?.attempts >= 1 && row.status === null && row
+    }, { what: 'the first attempt to fail' })
+    // it failed in the instance behind, which wrote the retry's due time, and nobody has run it again since
+    expect(failed).toMatchObject({ attempts: 1, lastError: expect.stringContaining('seen by instance behind') })
+    await cds.flush()
+    expect(await SELECT.one.from(MESSAGES).columns('ID', 'status', 'attempts', 'lastError').where({ ID: failed.ID })).toEqual(failed)
   })
 
   test('a message running in an instance whose clock runs 40 s behind is not taken over here', async () => {

@@ -51,6 +51,13 @@ cds.on('served', async () => {
     await insertRecord('ordered', req.data.key, note)
   })
 })
+// A remote system that is down: every attempt of `unavailable` fails (a retry after the queue's backoff).
+cds.on('served', async () => {
+  const srv = await cds.connect.to('Target')
+  srv.on('unavailable', () => {
+    throw new Error(`the remote system is down (seen by instance ${process.env.INSTANCE})`)
+  })
+})
 // Rows of older CAP versions name the messaging service as their target: its subscriber records what it received.
 cds.on('served', async () => {
   const messaging = await cds.connect.to('messaging')
