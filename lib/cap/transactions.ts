@@ -3,8 +3,9 @@ import cds from '@sap/cds'
 /**
  * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`, called through
  * the transaction object before its first statement), that `cds.db.tx(ctx)` returns the transaction a context
- * already has, and that an ended root transaction marks its context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
- * through CAP's query pipeline, which costs more than the queue's small statements themselves.
+ * already has, and that an ended root transaction marks its context's `tx._done`. The store runs its statements on
+ * the driver connection of the caller's transaction instead of through CAP's query pipeline, which costs more than
+ * the queue's small statements themselves.
  * Contract: test/cap-contract.test.js "database transactions".
  */
 

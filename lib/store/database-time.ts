@@ -15,16 +15,18 @@ import { millis } from './rows'
  */
 export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockReading> {
   const dialect = nativeDialect(db)
+  const sql = dialect && `SELECT ${dialect.isoText(dialect.now)} AS "now"`
   const connection = dialect && (await currentConnection())
   const sent = performance.now()
   let value: unknown
-  if (dialect && connection) value = (await dialect.execute(connection, timeQuery(dialect.isoText(dialect.now)), [], true)).rows[0].now
-  else if (dialect) value = ((await db.run(timeQuery(dialect.isoText(dialect.now)))) as { now: unknown }[])[0].now
-  else value = ((await db.run(SELECT.one.from(ENTITY).columns('count(1) as rows', { func: 'current_timestamp', as: 'now' } as never))) as { now: unknown }).now
+  if (dialect && sql && connection) value = (await dialect.execute(connection, sql, [], true)).rows[0].now
+  else if (sql) value = ((await db.run(sql)) as { now: unknown }[])[0].now
+  else value = ((await db.run(SELECT.one.from(ENTITY).columns('count(1) as rows', CURRENT_TIMESTAMP))) as { now: unknown }).now
   const received = performance.now()
   const time = value instanceof Date ? value.getTime() : millis(value)
   if (Number.isNaN(time)) throw new Error(`cds-event-queues: the database's clock said ${String(value)}, which is not a time`)
   return { time, sent, received }
 }
 
-const timeQuery = (now: string) => `SELECT ${now} AS "now"`
+/** A column of CAP's standard function (cds-types knows column names only). */
+const CURRENT_TIMESTAMP = { func: 'current_timestamp', as: 'now' } as never

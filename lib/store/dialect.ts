@@ -17,7 +17,7 @@ export interface Dialect {
    * into a Date in the process's local zone, which is wrong by the zone's offset unless TZ is UTC.
    */
   isoText(column: string): string
-  /** The database's clock now, as a timestamp in UTC (see lib/time/clock.ts): to the millisecond, not the transaction's start. */
+  /** The database's clock now, in UTC, to the millisecond (not the transaction's start); see lib/time/clock.ts. */
   readonly now: string
   /** `value` (a placeholder or a text literal) as a timestamp, where SQL cannot infer it (the branches of a CASE). */
   timestamp(value: string): string

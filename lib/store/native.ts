@@ -327,10 +327,12 @@ export class NativeStore implements BatchingStore {
   sharedTransaction(): DatabaseTransaction {
     const tx = transactionOfContext()
     if (!tx) throw new Error('cds-event-queues: a batch of messages needs an open database transaction')
+    // its handlers read and write like one message's (see `lockOnBegin`)
     lockWhenBegun(this.dialect)
     return tx
   }
 
+  /** See `QueueStore.lockOnBegin`: SQLite's write lock, taken by the dialect's statement. */
   lockOnBegin(): void {
     lockWhenBegun(this.dialect)
   }
