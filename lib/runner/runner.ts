@@ -7,7 +7,6 @@ import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
-import { readDatabaseClock } from '../store/database-time'
 import { watchBatchConnections } from './batch-connections'
 import { AttemptAborted, type Lease } from './lease'
 import { Gates } from './gates'
@@ -74,9 +73,6 @@ export class Runner {
     if (db === cds.db || !this.watchers) this.watchers = new Watchers(db)
     watchBatchConnections(db)
     if (db !== cds.db && cds.db) return
-    // The queue's time is the database's (lib/time/clock.ts): read as soon as the database is there, so what this
-    // process enqueues at its start already uses it; every reconciliation reads it again (and warns if it cannot).
-    void inOwnTransaction(() => readDatabaseClock(db)).then(reading => clock.adjust(reading), e => LOG._debug && LOG.debug("could not read the database's clock yet:", e))
     const portable = usesPortableStore(this.settings.runner.store, db)
     LOG._debug && LOG.debug(`database ${db.kind}: the ${portable ? 'portable' : 'native'} store runs the queue`)
     // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
