@@ -15,6 +15,12 @@ const cds = require('@sap/cds')
 const QUEUE = { timeout: '30s', pollInterval: '200ms', shutdownGrace: '1s', backoff: { base: '60s' } }
 const app = startApp({ requires: { queue: QUEUE } })
 
+async function post(instance, path, body = {}) {
+  const res = await fetch(instance.url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })
+  if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`)
+  return res.json()
+}
+
 describe('leases and due times follow the database clock, whatever a process clock says', () => {
   const started = []
   let target, ahead, behind, aheadEffects, behindEffects
@@ -38,6 +44,9 @@ describe('leases and due times follow the database clock, whatever a process clo
       startInstance(database, { name: 'behind', queue: QUEUE, clockSkew: -40_000, env: { SIDE_EFFECTS: behindEffects, SLOW_EVERY: '1000000', SLOW_MS: '60000' } })
     ])
     started.push(ahead, behind)
+    // each has looked at the queue once: its runner has read the database's clock (before that, what a process
+    // enqueues is stamped with its own clock; see README "PostgreSQL and multiple instances")
+    await Promise.all([post(ahead, '/flush'), post(behind, '/flush')])
   }, 60000)
   afterAll(async () => {
     open?.()
@@ -51,11 +60,6 @@ describe('leases and due times follow the database clock, whatever a process clo
     await DELETE.from(MESSAGES)
   })
 
-  const post = async (instance, path, body = {}) => {
-    const res = await fetch(instance.url + path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) })
-    if (!res.ok) throw new Error(`POST ${path}: ${res.status} ${await res.text()}`)
-    return res.json()
-  }
   const ranElsewhere = ID => sideEffects(aheadEffects).has(ID) || sideEffects(behindEffects).has(ID)
 
   test('a message running here with timeout 30s is not taken over by an instance whose clock runs 40 s ahead', async () => {
