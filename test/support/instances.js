@@ -22,7 +22,8 @@ function environment(database, { name, queue = {}, requires = {}, deploy = false
   // at once with "database is locked" (multitenancy-recovery's doomed process then never held a message in CI).
   waitingForOtherWriters(db)
   const config = { requires: { ...requires, db, queue: { ...projectQueue(), ...queue } } }
-  const skewed = clockSkew ? { NODE_OPTIONS: `--require ${SKEWED_CLOCK}`, CLOCK_SKEW: String(clockSkew) } : {}
+  const preload = [env.NODE_OPTIONS ?? process.env.NODE_OPTIONS, `--require ${SKEWED_CLOCK}`].filter(Boolean).join(' ')
+  const skewed = clockSkew ? { NODE_OPTIONS: preload, CLOCK_SKEW: String(clockSkew) } : {}
   return { ...process.env, ...env, ...skewed, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 
