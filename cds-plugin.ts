@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
+import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { waitingForOtherWriters } from './lib/cap/database-options'
 import { survivePoolErrors } from './lib/cap/pools'
@@ -26,6 +27,8 @@ else {
   installApi(plugin)
   const db = cds.env.requires?.db as Parameters<typeof waitingForOtherWriters>[0] | undefined
   if (db) waitingForOtherWriters(db)
+  // Every messaging service is queued by default, also one the app configures with an `impl` of its own.
+  if (cds.env.requires) queueMessagingImpls(cds.env.requires)
 
   // The ops page comes with the operator service and is restricted like it.
   if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))

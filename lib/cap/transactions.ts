@@ -1,11 +1,11 @@
 import cds from '@sap/cds'
 
 /**
- * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`, called through
- * the transaction object before its first statement), that `cds.db.tx(ctx)` returns the transaction a context
- * already has, and that an ended root transaction marks its context's `tx._done`. The store runs its statements on
- * the driver connection of the caller's transaction instead of through CAP's query pipeline, which costs more than
- * the queue's small statements themselves.
+ * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`, which CAP calls
+ * on the transaction itself at its first statement, before it takes a connection from the pool), that
+ * `cds.db.tx(ctx)` returns the transaction a context already has, and that an ended root transaction marks its
+ * context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
+ * through CAP's query pipeline, which costs more than the queue's small statements themselves.
  * Contract: test/cap-contract.test.js "database transactions".
  */
 
@@ -54,11 +54,24 @@ export async function currentConnection(): Promise<unknown> {
  * statement of a handler, or the store (`begun`). For a transaction that has not begun yet.
  */
 export function afterBegin(tx: DatabaseTransaction, after: (tx: DatabaseTransaction) => Promise<void>): void {
-  const begin = tx.begin
-  tx.begin = async function (this: DatabaseTransaction) {
-    const begun = await begin.call(this)
+  const begin = tx.begin as (this: DatabaseTransaction, ...args: unknown[]) => Promise<unknown>
+  tx.begin = async function (this: DatabaseTransaction, ...args: unknown[]) {
+    const begun = await begin.apply(this, args)
     await after(this)
     return begun
+  }
+}
+
+/**
+ * Runs `check` whenever `tx` begins, before it takes a connection: a `check` that throws fails the statement that
+ * would have begun it, and no connection is opened. (A connection is what opens a tenant's database; on SQLite it
+ * creates a missing database file.) `tx` must not have begun.
+ */
+export function beforeBegin(tx: DatabaseTransaction, check: () => void): void {
+  const begin = tx.begin as (this: DatabaseTransaction, ...args: unknown[]) => Promise<unknown>
+  tx.begin = function (this: DatabaseTransaction, ...args: unknown[]) {
+    check()
+    return begin.apply(this, args)
   }
 }
 
