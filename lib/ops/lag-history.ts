@@ -120,7 +120,7 @@ export class TenantLagHistories {
     /** Counts the queues of `tenant` as of `at` (epoch ms). */
     private readonly count: (tenant: string | undefined, at: number) => Promise<QueueCounts[]>,
     private readonly interval: number,
-    private readonly now: () => number = Date.now
+    private readonly now: () => number = () => clock.now()
   ) {}
 
   /** The samples of the last hour of `tenant`, with a fresh one at the end. */
