@@ -9,6 +9,7 @@ import { iso } from './store/rows'
 import { errorType } from './telemetry/names'
 import { parseDuration } from './time/durations'
 import { LOG } from './log'
+import { clock } from './time/clock'
 
 /**
  * The queue's readiness in this process, for an app's health endpoint (`cds.queued.health()`): the runner started,
@@ -100,7 +101,7 @@ export class Health {
       const samples = await within(timeout, Promise.all(this.tenants().map(tenant => this.statistics.current(tenant))))
       const queues = samples.flatMap(s => s.queues)
       const worst = queues.reduce((a, b) => (b.relayLag > (a?.relayLag ?? -1) ? b : a), queues[0])
-      const sample = { at: samples.length ? Math.min(...samples.map(s => s.at)) : Date.now() }
+      const sample = { at: samples.length ? Math.min(...samples.map(s => s.at)) : clock.now() }
       const relayLag = worst?.relayLag ?? 0
       return { status: status(relayLag <= limit), relayLag, maxLag: limit, queue: worst?.queue ?? null, sampledAt: iso(sample.at) }
     } catch (e) {

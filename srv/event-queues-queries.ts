@@ -5,6 +5,7 @@ import type { StoreChoice } from '../lib/interfaces'
 import { storeFor } from '../lib/store/choose'
 import type { QueueStore } from '../lib/store/queue-store'
 import { deadLettersCqn, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
+import { clock } from '../lib/time/clock'
 
 /**
  * The CQL the dead-letter service runs on `cds.outbox.Messages`. The queue's own hot path (claim, complete, fail)
@@ -180,7 +181,7 @@ export class OperatorQueries {
     let revived = 0
     for (const some of chunks(IDs)) {
       revived += await UPDATE(MESSAGES)
-        .set({ attempts: 0, dueAt: new Date().toISOString(), ...UNCLAIMED.cqn })
+        .set({ attempts: 0, dueAt: new Date(clock.now()).toISOString(), ...UNCLAIMED.cqn })
         .where({ ID: { in: some } })
         .and(this.deadLetters())
     }
@@ -217,7 +218,7 @@ export class OperatorQueries {
    * Per queue, service and event: waiting, being processed, dead, and how long the oldest due message has been
    * waiting (relay lag). Rows written by others count under their service once the runner has seen them.
    */
-  async statistics(now = Date.now()): Promise<QueueStatistics[]> {
+  async statistics(now = clock.now()): Promise<QueueStatistics[]> {
     const pending = await this.count({ status: null }, true)
     const processing = await this.count({ status: PROCESSING }, true)
     const dead = await this.count({}, false)

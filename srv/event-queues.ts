@@ -5,6 +5,7 @@ import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-h
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
 import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { clock } from '../lib/time/clock'
 
 type Request = cds.Request & { params: unknown[] }
 
@@ -23,7 +24,7 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
   if (event) filter.event = event
   if (olderThan) {
     try {
-      filter.enqueuedBefore = Date.now() - parseDuration(olderThan, 'olderThan')
+      filter.enqueuedBefore = clock.now() - parseDuration(olderThan, 'olderThan')
     } catch (e) {
       return void req.reject(400, (e as Error).message)
     }

@@ -1,7 +1,7 @@
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
-const { APP, startApp, onPostgres, onPortableStore } = require('./support/app')
+const { APP, startApp, merge, onPostgres, onPortableStore } = require('./support/app')
 const { runCli } = require('./support/cli')
 const { waitFor, sleep } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
@@ -214,6 +214,38 @@ describe('the cds-event-queues CLI', () => {
       await sleep(4000)
     })
     expect(await cli).toMatchObject({ code: 0, stdout: 'Deleted 1 dead letter.\n', stderr: '' })
+    expect(await row(dead)).toBeUndefined()
+  })
+
+  // A handler's transaction that read and then awaits a remote call: on SQLite (WAL) it held a snapshot, and the CLI's
+  // commit meanwhile made its first write fail with SQLITE_BUSY_SNAPSHOT, so the attempt counted and the handler ran
+  // again. An operator's write waits for the handler instead.
+  ;(onPostgres() ? test.skip : test)('beside a handler that read and awaits a remote call, a CLI write costs its message no attempt and no second run (SQLite)', async () => {
+    const dead = await deadLetter(target, 'explode')
+    const attempts = []
+    let reading
+    const read = new Promise(resolve => (reading = resolve))
+    let remote
+    const answered = new Promise(resolve => (remote = resolve))
+    target.on('book', async req => {
+      attempts.push(req.queue.attempt)
+      await SELECT.one.from('test.Records')
+      reading()
+      await answered
+      await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'booked', message: req.queue.messageId })
+    })
+    await cds.tx(() => cds.queued(target).emit('book', {}))
+    await read
+    // the CLI may wait for the handler's transaction up to 30 s; the remote call answers once the CLI is done, or
+    // after 8 s (part of the scenario: a slow remote system)
+    const { CDS_CONFIG } = process.env
+    const cli = runCli(['delete', dead], { env: { CDS_CONFIG: JSON.stringify(merge(JSON.parse(CDS_CONFIG), { requires: { db: { client: { timeout: 30000 } } } })) } })
+    await Promise.race([cli, sleep(8000)])
+    remote()
+    expect(await cli).toMatchObject({ code: 0, stdout: 'Deleted 1 dead letter.\n', stderr: '' })
+    await waitFor(async () => (await SELECT.from(MESSAGES).where({ event: 'book' })).length === 0, { timeout: 30000, what: 'the booking to complete' })
+    expect(attempts).toEqual([1])
+    expect(await SELECT.from('test.Records').where({ kind: 'booked' })).toHaveLength(1)
     expect(await row(dead)).toBeUndefined()
   })
 

@@ -4,6 +4,7 @@ import { CHUNK, type DeadLetterFilter, type OperatorQueries, type QueueStatistic
 import type { Invocation, Options } from './args'
 import { EXIT } from './exit-codes'
 import { firstLine, progress, seconds, table, type Streams } from './output'
+import { clock } from '../time/clock'
 
 /** What a command works with: the operator service's queries on the project's own database. */
 export interface Session {
@@ -54,7 +55,7 @@ function filterOf(options: Options): DeadLetterFilter {
   if (options.queue !== undefined) filter.queue = options.queue
   if (options.service !== undefined) filter.service = options.service
   if (options.event !== undefined) filter.event = options.event
-  if (options.olderThan !== undefined) filter.enqueuedBefore = Date.now() - options.olderThan
+  if (options.olderThan !== undefined) filter.enqueuedBefore = clock.now() - options.olderThan
   return filter
 }
 

@@ -10,6 +10,7 @@ import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
 import { Slots, type SlotCounts } from './slots'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /** What the holdings need of the runner: where outcomes are written, who hears of them, and its wake-up. */
 export interface HoldingsHost {
@@ -217,8 +218,8 @@ export class Holdings {
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
         await this.host.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
-            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
-            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
+            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date(clock.now()))
+            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date(clock.now()))
           })
         )
       }

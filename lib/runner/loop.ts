@@ -4,11 +4,13 @@ import { groupBy } from '../group-by'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
+import { readDatabaseClock } from '../store/database-time'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 import type { Monitor } from './monitor'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { detached } from '../telemetry/spans'
+import { clock } from '../time/clock'
 import { LOG } from '../log'
 
 /** What the loop needs of the runner it drives. */
@@ -59,6 +61,8 @@ export class Loop {
   private lastClaimAt = 0
   /** When each tenant was last reconciled (see `reconcile`). */
   private readonly reconciledAt = new Map<Tenant, number>()
+  /** When the database's clock was last read (see `reconcile`): once per poll interval, whatever the tenants. */
+  private clockReadAt = 0
   /** The tenants looked into since the last idle time, with when (for `idle`). */
   private readonly looked = new Map<Tenant, number>()
   private lastClaimSucceededAt: number | undefined
@@ -117,10 +121,10 @@ export class Loop {
     let failed: unknown
     const { tenants } = this.host
     try {
-      await tenants.refresh(Date.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
+      await tenants.refresh(clock.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
       do {
         this.again = false
-        const round = tenants.round(Date.now())
+        const round = tenants.round(clock.now())
         for (const tenant of round) {
           if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
@@ -156,7 +160,7 @@ export class Loop {
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
         if (tenants.gone(tenant)) continue
-        this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
+        this.looked.set(tenant, this.looked.get(tenant) ?? clock.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
         const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
@@ -168,7 +172,7 @@ export class Loop {
           continue
         }
         tenants.claimed(tenant, rows.length)
-        this.lastClaimSucceededAt = Date.now()
+        this.lastClaimSucceededAt = clock.now()
         // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
         if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
@@ -218,7 +222,7 @@ export class Loop {
 
   private claim(limit: number, skipTargets: string[]): Promise<MessageRow[]> {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
-    const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
+    const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
   }
@@ -235,11 +239,17 @@ export class Loop {
   /**
    * Brings the table's index columns in line with CAP's columns where others wrote them (see NativeStore.reconcile), and
    * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
-   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
+   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way). Reads
+   * the database's clock first (lib/time/clock.ts), in the first tenant reconciled in a poll interval: the tenants'
+   * databases share one server, and the provider's database has no queue table for CQL to read the clock with.
    */
   private async reconcile(tenant: Tenant): Promise<void> {
-    const now = Date.now()
-    if (!this.host.started || now - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    if (!this.host.started || clock.now() - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    if (clock.now() - this.clockReadAt >= this.limits.pollInterval) {
+      clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+      this.clockReadAt = clock.now()
+    }
+    const now = clock.now()
     this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
@@ -294,7 +304,7 @@ export class Loop {
     }
     const poll = this.limits.pollInterval
     const next = tenants.earliest()
-    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - Date.now()))
+    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - clock.now()))
     this.plan(delay)
     if (!failing) this.host.monitor.emit('idle', { next: delay })
   }

@@ -8,6 +8,7 @@ import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs
@@ -67,7 +68,7 @@ export async function claimAtEnqueue(host: ReservationHost, context: Transaction
   // a gated queue's starts are counted by the loop that claims them (see Gates)
   if (!host.running || host.gates.gated(queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
-  const claimedAt = Date.now()
+  const claimedAt = clock.now()
   try {
     await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
   } catch (e) {
@@ -120,7 +121,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
 async function keepStillHeld(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): Promise<void> {
   let kept: Reserved[] = []
   try {
-    kept = await runInContext(context, () => stillHeld(host.store, reserved, Date.now()))
+    kept = await runInContext(context, () => stillHeld(host.store, reserved, clock.now()))
   } catch (e) {
     // the commit goes on: rows claimed in this process's name that it has no record of are handed back at a poll
     LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
@@ -157,7 +158,7 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   // Detached from the committing request, like a claim pass: its handlers get the message's context only.
   setImmediate(() => {
     cds.context = undefined
-    const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
+    const stale = clock.now() - row.claimedAt > enqueueLease(queue) / 3
     if (!host.running || stale) void host.holdings.handBackReserved(row, claimedBy)
     else host.run(queue, [row], claimedBy, true)
   })

@@ -4,7 +4,7 @@ import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
 import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
-import { dialectFor, type Dialect } from './dialect'
+import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions, type TaskRow } from './rules'
@@ -13,6 +13,7 @@ import * as statements from './statements'
 import type { Described } from './statements'
 import type { BatchingStore, HeldBack, Savepointed } from './queue-store'
 import { inOwnTransaction } from './index'
+import { clock } from '../time/clock'
 
 /** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
 const RECONCILE_BATCH = 1000
@@ -263,7 +264,7 @@ export class NativeStore implements BatchingStore {
    * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
    */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const { sql, params } = statements.renew(claims, until, Date.now())
+    const { sql, params } = statements.renew(claims, until, clock.now())
     const rows = this.side
       ? (await this.side.run(this.dialect.prepare(sql), params)).rows
       : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))
@@ -347,7 +348,14 @@ export class NativeStore implements BatchingStore {
   sharedTransaction(): DatabaseTransaction {
     const tx = transactionOfContext()
     if (!tx) throw new Error('cds-event-queues: a batch of messages needs an open database transaction')
+    // its handlers read and write like one message's (see `lockOnBegin`)
+    lockWhenBegun(this.dialect)
     return tx
+  }
+
+  /** See `QueueStore.lockOnBegin`: SQLite's write lock, taken by the dialect's statement. */
+  lockOnBegin(): void {
+    lockWhenBegun(this.dialect)
   }
 
   /**

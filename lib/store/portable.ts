@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
 import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
-import type { Dialect } from './dialect'
+import { lockWhenBegun, type Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
@@ -11,6 +11,7 @@ import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
 import type { HeldBack, QueueStore } from './queue-store'
 import type { Described } from './statements'
+import { clock } from '../time/clock'
 
 /**
  * The portable store: the same statements as the native store (native.ts), in CQL through the current transaction,
@@ -46,7 +47,7 @@ export class PortableStore implements QueueStore {
 
   constructor(
     private readonly appid: string | undefined,
-    /** The native dialect where the database has one: only to create the claim's indexes at start. */
+    /** The native dialect where the database has one: to create the claim's indexes at start, and SQLite's write lock. */
     private readonly indexes?: Dialect
   ) {
     this.own = ownRowsCqn(appid)
@@ -204,7 +205,7 @@ export class PortableStore implements QueueStore {
    */
   renewAll(claims: Claim[], until: number): Promise<Set<string>> {
     return inOwnTransaction(async () => {
-      const renewed = Number(await q.renew(claims, until, Date.now()))
+      const renewed = Number(await q.renew(claims, until, clock.now()))
       // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
       if (renewed === claims.length) return new Set(claims.map(c => c.ID))
       if (renewed === 0) return new Set<string>()
@@ -214,6 +215,11 @@ export class PortableStore implements QueueStore {
 
   /** Nothing of its own to close: every statement runs on CAP's pooled connections. */
   async close(): Promise<void> {}
+
+  /** On SQLite with the native dialect's statement: CQL has no way to take a lock without a row. */
+  lockOnBegin(): void {
+    lockWhenBegun(this.indexes)
+  }
 
   async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
     const distinct = distinctKeys(keys)
@@ -329,6 +335,6 @@ function ordered(message: NewMessage): NewMessage {
   const key = message.orderingKey
   if (key === undefined) return message
   const ms = Date.parse(message.timestamp)
-  const at = keyClock.next(key, ms, Date.now())
+  const at = keyClock.next(key, ms, clock.now())
   return at === ms ? message : { ...message, timestamp: new Date(at).toISOString().replace('Z', '0000Z') }
 }

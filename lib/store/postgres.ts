@@ -15,6 +15,8 @@ export const postgres: Dialect = {
   skipLocked: 'FOR UPDATE SKIP LOCKED',
   // Timestamps are written as UTC ISO strings into TIMESTAMP columns (zone dropped), so they read back as UTC.
   isoText: column => `to_char(${column}, 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
+  // now() is the transaction's start; the columns hold UTC without a zone
+  now: "(clock_timestamp() AT TIME ZONE 'UTC')",
   // A parameter as the value of a CASE has no type (text at best), which a TIMESTAMP column does not take.
   timestamp: value => `CAST(${value} AS TIMESTAMP)`,
   // A constant payload: PostgreSQL folds identical notifications of one transaction into one.

@@ -86,6 +86,11 @@ export interface QueueStore {
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */
   close(): Promise<void>
+  /**
+   * The current transaction, not begun yet, runs a handler and then completes its message: where the database has
+   * one writer and snapshots (SQLite), it takes the write lock as it begins (see `lockWhenBegun` in dialect.ts).
+   */
+  lockOnBegin(): void
 }
 
 /** What one `holdBack` did: the rows it held back, and whether more may be waiting for it. */

@@ -51,10 +51,26 @@ cds.on('served', async () => {
     await insertRecord('ordered', req.data.key, note)
   })
 })
+// A remote system that is down: every attempt of `unavailable` fails (a retry after the queue's backoff).
+cds.on('served', async () => {
+  const srv = await cds.connect.to('Target')
+  srv.on('unavailable', () => {
+    throw new Error(`the remote system is down (seen by instance ${process.env.INSTANCE})`)
+  })
+})
 // Rows of older CAP versions name the messaging service as their target: its subscriber records what it received.
 cds.on('served', async () => {
   const messaging = await cds.connect.to('messaging')
   messaging.on('legacyPing', req => insertRecord('messaging', String(req.data.n), process.env.INSTANCE))
+})
+// POST /schedule { n, after, as }: a `record` task for Target, due `after` (a duration) from now by this process's clock.
+cds.on('bootstrap', app => {
+  app.post('/schedule', require('express').json(), async (req, res) => {
+    const { n, after, as } = req.body
+    const srv = await cds.connect.to('Target')
+    await cds.tx(() => srv.schedule('record', { n }).after(after).as(as))
+    res.json({ scheduled: as })
+  })
 })
 // The rolling-upgrade suite's counting handler and enqueue route, the same as CAP's own instances have.
 serveCounting(process.env.INSTANCE, { handlerMs: Number(process.env.COUNT_MS ?? 0) })
