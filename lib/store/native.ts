@@ -147,15 +147,20 @@ export class NativeStore implements BatchingStore {
 
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
-   * process) and rows whose ordering key is busy. A row whose previous lease expired counts that lost attempt, so a
-   * message that kills its process every time still ends as a dead letter.
+   * process) and rows whose ordering key is busy, while their stored messages add up to at most `maxBytes` (the first
+   * one whatever its size). A row whose previous lease expired counts that lost attempt, so a message that kills its
+   * process every time still ends as a dead letter.
    */
-  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
     const claimedAt = iso(now)
     const { skipLocked } = this.dialect
-    let claimed = await this.changes(statements.claim(this.own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit, skipTargets))
-    if (claimed < limit && this.old && this.oldRowsLeft) {
-      const old = await this.changes(statements.claim(this.old, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit - claimed, skipTargets))
+    const claim = (own: Fragment, rows: number, bytes: number) =>
+      this.rows<{ size: unknown }>(statements.claim(own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
+    const sizes = await claim(this.own, limit, maxBytes)
+    let claimed = sizes.length
+    const bytesLeft = maxBytes - sizes.reduce((sum, r) => sum + Number(r.size), 0)
+    if (claimed < limit && bytesLeft > 0 && this.old && this.oldRowsLeft) {
+      const old = (await claim(this.old, limit - claimed, bytesLeft)).length
       if (old === 0) this.oldRowsLeft = false
       claimed += old
     }
