@@ -302,6 +302,23 @@ function described(row: DescribedRow): { service?: string; event?: string } {
   }
 }
 
+/**
+ * How many messages one page of the operator service's lists holds when it shows their `msg`: as many of the largest
+ * a queue allows (`maxMessageSize`) as fit `bytes` (`maxClaimBytes`, what the process holds of messages at once), at
+ * least one. A list without `msg` (`$select`) is not paged beyond CAP's own limit.
+ */
+export function messagesPerPage(queues: QueueRegistry, bytes: number): number {
+  const largest = Math.max(...queues.all().map(queue => queue.maxMessageSize))
+  return Math.max(1, Math.floor(bytes / largest))
+}
+
+/** Whether a query of the operator service reads the messages themselves: it selects `msg`, or every column. */
+export function readsMessages(query: unknown): boolean {
+  const columns = (query as { SELECT?: { columns?: unknown[] } } | undefined)?.SELECT?.columns
+  if (!columns) return true
+  return columns.some(column => column === '*' || ['*', 'msg'].includes((column as { ref?: string[] }).ref?.[0] ?? ''))
+}
+
 /** Fills in service and event of rows read through the operator service where the columns are empty. */
 export function describeRows(rows: unknown): void {
   for (const row of (Array.isArray(rows) ? rows : [rows]) as DescribedRow[]) {

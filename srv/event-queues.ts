@@ -1,10 +1,11 @@
 import cds from '@sap/cds'
 import { beforeDisconnect } from '../lib/cap/lifecycle'
+import { limitPage } from '../lib/cap/paging'
 import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { LagHistory } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { describeRows, messagesPerPage, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
 
 type Request = cds.Request & { params: unknown[] }
 
@@ -68,6 +69,10 @@ export default class EventQueuesService extends cds.ApplicationService {
       const query = req.query as unknown as { where(condition: object): unknown }
       query.where(queries.ownRows())
       query.where(queries.deadLetters(false))
+    })
+    // A list that shows messages comes in pages that fit the heap, whatever the messages' size (see `messagesPerPage`).
+    this.before('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (req: Request) => {
+      if (readsMessages(req.query)) limitPage(req.query, messagesPerPage(settings.queues, settings.runner.maxClaimBytes))
     })
     this.after('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (rows: unknown) => describeRows(rows))
 
