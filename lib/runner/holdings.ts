@@ -102,7 +102,7 @@ export class Holdings {
    */
   start(queue: QueueSettings, claimedBy: string, entries: Held[], reserved: boolean): Slot {
     const bytes = payloadBytes(entries.map(held => held.row))
-    this.counters.take(queue, bytes)
+    this.counters.take(queue, bytes, entries.length)
     for (const held of entries) {
       this.held.add(held)
       if (reserved) this.reservations.delete(held.row.ID)
