@@ -70,9 +70,10 @@ export default class EventQueuesService extends cds.ApplicationService {
       query.where(queries.ownRows())
       query.where(queries.deadLetters(false))
     })
-    // A list that shows messages comes in pages that fit the heap, whatever the messages' size (see `messagesPerPage`).
+    // A list that shows messages comes in pages that fit the heap, whatever the messages' size (see `messagesPerPage`);
+    // over HTTP, where each page links the next (a read in code pages itself, as with CAP's own page size).
     this.before('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (req: Request) => {
-      if (readsMessages(req.query)) limitPage(req.query, messagesPerPage(settings.queues, settings.runner.maxClaimBytes))
+      if (req.http && readsMessages(req.query)) limitPage(req.query, messagesPerPage(settings.queues, settings.runner.maxClaimBytes))
     })
     this.after('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (rows: unknown) => describeRows(rows))
 
