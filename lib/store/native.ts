@@ -155,14 +155,16 @@ export class NativeStore implements BatchingStore {
     const claimedAt = iso(now)
     const { skipLocked } = this.dialect
     const claim = (own: Fragment, rows: number, bytes: number) =>
-      this.rows<{ size: unknown }>(statements.claim(own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
-    const sizes = await claim(this.own, limit, maxBytes)
-    let claimed = sizes.length
-    const bytesLeft = maxBytes - sizes.reduce((sum, r) => sum + Number(r.size), 0)
-    if (claimed < limit && bytesLeft > 0 && this.old && this.oldRowsLeft) {
-      const old = (await claim(this.old, limit - claimed, bytesLeft)).length
-      if (old === 0) this.oldRowsLeft = false
-      claimed += old
+      this.changes(statements.claim(own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
+    let claimed = await claim(this.own, limit, maxBytes)
+    if (claimed < limit && this.old && this.oldRowsLeft) {
+      // what the first claim left of the bytes, asked only while rows from before CAP had appid may be left
+      const [{ bytes }] = await this.rows<{ bytes: unknown }>(statements.claimedBytes(owner, claimedAt))
+      if (Number(bytes) < maxBytes) {
+        const old = await claim(this.old, limit - claimed, maxBytes - Number(bytes))
+        if (old === 0) this.oldRowsLeft = false
+        claimed += old
+      }
     }
     if (claimed === 0) return []
     const rows = await this.rows<RawRow>(statements.claimedRows(this.dialect, owner, claimedAt))

@@ -179,9 +179,9 @@ export function deleteTask(ID: string, task: string, own: Fragment): Fragment {
 
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
- * ordering key is busy, and reads back the size of each one's stored message. A row another runner set to
- * 'processing' without a claim of this plugin is left alone until the reconciliation has given it a lease of its own
- * (`NativeStore.reconcile`). `lastAttemptTimestamp` is the claim's time, so CAP's runner sees the row held.
+ * ordering key is busy. A row another runner set to 'processing' without a claim of this plugin is left alone until
+ * the reconciliation has given it a lease of its own (`NativeStore.reconcile`). `lastAttemptTimestamp` is the claim's
+ * time, so CAP's runner sees the row held.
  *
  * The rows are taken in due order while their messages add up to at most `maxBytes`, the first one whatever its size,
  * so what a process reads of a backlog of large messages stays bounded (`maxClaimBytes`). The sizes come from
@@ -208,10 +208,14 @@ export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: 
         lastError = CASE WHEN status = '${PROCESSING}' AND interrupted > 0
           THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
         interrupted = interrupted + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END
-      WHERE ID IN (${withinBytes})
-      RETURNING COALESCE(octet_length(msg), 0) AS "size"`,
+      WHERE ID IN (${withinBytes})`,
     params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit, maxBytes]
   }
+}
+
+/** The bytes of the messages a claim took (see `claim`), by its owner and time. */
+export function claimedBytes(owner: string, claimedAt: string): Fragment {
+  return { sql: `SELECT COALESCE(SUM(octet_length(msg)), 0) AS "bytes" FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ?`, params: [owner, claimedAt] }
 }
 
 /** The rows a claim took, by its owner and time, in enqueue order. */
