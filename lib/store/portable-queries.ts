@@ -83,10 +83,10 @@ function keyIsFree(own: Cqn, now: string): Cqn {
 }
 
 /**
- * Due rows of this app (`own`) a claim may take, oldest due first, without their messages (see `Candidate`), those of a busy ordering key left out, locked for
- * this transaction; rows another transaction holds locked (a claim in progress elsewhere) are skipped, not waited
- * for. A row another runner set to 'processing' without a claim of this plugin is left alone until the
- * reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
+ * Due rows of this app (`own`) a claim may take, oldest due first, without their messages (see `Candidate`), those of
+ * a busy ordering key left out, locked for this transaction; rows another transaction holds locked (a claim in
+ * progress elsewhere) are skipped, not waited for. A row another runner set to 'processing' without a claim of this
+ * plugin is left alone until the reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
  */
 export function candidates(own: Cqn, ownE: Cqn, claimedAt: string, limit: number, skipTargets: string[]): Query {
   const claimable = { xpr: [isNull('status'), 'or', notNull('claimedBy')] }
