@@ -21,6 +21,14 @@ const KINDS = [...PERSISTENT_KINDS, 'in-memory-queue', 'in-memory-outbox']
 /** 4 MiB: far above ordinary events, well below what makes a row slow to write, read and claim. */
 const DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
+/**
+ * 32 MiB: what a process holds of claimed messages at once (`maxClaimBytes`). A message costs the heap more than its
+ * size while it runs (the row, the decoded message, the handler's request): with this bound a backlog of 1.5 MB
+ * messages drains in a 512 MB heap (test/faults/memory.test.js), and a backlog of ordinary events (kilobytes) never
+ * reaches it.
+ */
+const DEFAULT_MAX_CLAIM_BYTES = 32 * 1024 * 1024
+
 /** CAP's backoff curve: (1.5^attempts - 1) s, capped at 1,480 s. */
 const CAP_BACKOFF: BackoffSettings = { base: 1000, factor: 1.5, max: 1_480_000, jitter: 0 }
 
@@ -163,7 +171,7 @@ const QUEUE_KEYS = [
   'rateLimit', 'circuitBreaker', 'deadLetterRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
-const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'batchSize', 'statisticsInterval', 'store']
+const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'maxClaimBytes', 'batchSize', 'statisticsInterval', 'store']
 /** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
 const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
 /** The keys of the options that are objects, canonicalised like the options themselves. */
@@ -280,6 +288,7 @@ export function compileRunner(raw: Raw): RunnerSettings {
     shutdownGrace: duration(raw, 'shutdownGrace', where, '10s'),
     concurrency: integer(raw, 'concurrency', where, 10, 1, 1000),
     chunkSize: integer(raw, 'chunkSize', where, 500, 1, 10000),
+    maxClaimBytes: integer(raw, 'maxClaimBytes', where, DEFAULT_MAX_CLAIM_BYTES, 1024),
     batchSize: integer(raw, 'batchSize', where, 50, 1, 1000),
     statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000),
     store: storeChoice(raw, where)

@@ -83,6 +83,11 @@ export interface RunnerSettings {
   /** How many messages one claim takes at most. */
   chunkSize: number
   /**
+   * Most bytes of stored messages (`msg`) one process holds claimed at once, in its slots: a claim takes rows while
+   * their sizes add up to what is left of it, and at least one while anything is left.
+   */
+  maxClaimBytes: number
+  /**
    * Most messages of a backlog one slot takes from a claim, run one after another in one transaction, a savepoint
    * around each; 1 = a transaction per message. A claim is spread over the free slots first.
    */

@@ -35,7 +35,10 @@ export interface MessageState {
   dead: boolean
 }
 
-/** A dead letter as an operator lists it: what failed, where, and why. */
+/**
+ * A dead letter as an operator lists it: what failed, where, and why. Its stored message is read on its own
+ * (`OperatorQueries.message`): a list of thousands of messages of megabytes each would not fit the heap.
+ */
 export interface DeadLetterSummary {
   ID: string
   target: string
@@ -46,8 +49,6 @@ export interface DeadLetterSummary {
   timestamp: string
   lastAttemptTimestamp: string | null
   lastError: string | null
-  /** The stored message (CAP's JSON: event, data, headers), as the operator service shows it: what a replay sends. */
-  msg: string | null
 }
 
 /** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
@@ -136,41 +137,85 @@ export class OperatorQueries {
     return { ID: row.ID, target: row.target, attempts, dead: isDeadLetter(attempts, this.queues.forTarget(row.target)) }
   }
 
-  /** IDs of the dead letters matching `filter`; rows written by others keep service and event only inside `msg`. */
+  /**
+   * IDs of the dead letters matching `filter`, read a chunk at a time by ID, without their messages (what bulk actions
+   * work on): only rows written by others, whose service and event only their `msg` names, are read one at a time
+   * where a filter on service or event needs them.
+   */
   async deadLetterIDs(filter: DeadLetterFilter): Promise<string[]> {
-    return (await this.matching(filter, [])).map(row => row.ID)
+    const IDs: string[] = []
+    for (let after: string | undefined; ; ) {
+      const query = this.selection(filter, [], true).orderBy('ID').limit(CHUNK)
+      if (after !== undefined) query.and({ ID: { '>': after } })
+      const rows = (await query) as DescribedRow[]
+      for (const row of rows) if (!filtersMessages(filter) || (await this.matches(row, filter))) IDs.push(row.ID)
+      if (rows.length < CHUNK) return IDs
+      after = rows[rows.length - 1].ID
+    }
   }
 
   /** The dead letters matching `filter`, oldest first, at most `limit` of them (all without one). */
   async listDeadLetters(filter: DeadLetterFilter, limit?: number): Promise<DeadLetterSummary[]> {
     const columns = ['task', 'attempts', 'timestamp', 'lastAttemptTimestamp', 'lastError']
-    const rows = (await this.matching(filter, columns)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event' | 'msg'>)[]
-    return rows.slice(0, limit).map(row => ({
-      ...summary(row),
-      lastAttemptTimestamp: row.lastAttemptTimestamp ?? null,
-      msg: row.msg ?? null
-    }))
+    const rows = (await this.matching(filter, columns, true, limit)) as (DescribedRow & Omit<DeadLetterSummary, 'service' | 'event'>)[]
+    return rows.map(row => ({ ...summary(row), lastAttemptTimestamp: row.lastAttemptTimestamp ?? null }))
   }
 
   /** The messages that are not dead letters and match `filter`, longest waiting first, at most `limit` of them. */
   async listPending(filter: DeadLetterFilter, limit?: number): Promise<PendingSummary[]> {
     const columns = ['task', 'attempts', 'timestamp', 'status', 'claimedBy', 'lastError']
-    const rows = (await this.matching(filter, columns, false)) as (DescribedRow & Omit<PendingSummary, 'service' | 'event'>)[]
-    return rows.slice(0, limit).map(row => ({ ...summary(row), status: row.status ?? null, claimedBy: row.claimedBy ?? null }))
+    const rows = (await this.matching(filter, columns, false, limit)) as (DescribedRow & Omit<PendingSummary, 'service' | 'event'>)[]
+    return rows.map(row => ({ ...summary(row), status: row.status ?? null, claimedBy: row.claimedBy ?? null }))
   }
 
-  /** Dead letters (or with `dead: false` the other messages) of this app matching `filter`, oldest first. */
-  private async matching(filter: DeadLetterFilter, columns: string[], dead = true): Promise<DescribedRow[]> {
-    const query = SELECT.from(MESSAGES)
-      .columns('ID', 'target', 'service', 'event', 'msg', ...columns)
-      .where(this.own)
-      .and(this.deadLetters(dead))
-      .orderBy('timestamp', 'ID')
+  /** The stored message of this app's row `ID` (CAP's JSON: event, data, headers: what a replay sends), if there is one. */
+  async message(ID: string): Promise<string | undefined> {
+    const row = (await SELECT.one.from(MESSAGES).columns('msg').where({ ID }).and(this.own)) as { msg?: string | null } | undefined
+    return row?.msg ?? undefined
+  }
+
+  /**
+   * Dead letters (or with `dead: false` the other messages) of this app matching `filter`, oldest first, at most
+   * `limit`: the limit applies in SQL, a page at a time where a filter on service or event must look into the
+   * messages of rows written by others (see `matches`). Rows others wrote get their service and event from their
+   * message, read one at a time.
+   */
+  private async matching(filter: DeadLetterFilter, columns: string[], dead: boolean, limit = Infinity): Promise<DescribedRow[]> {
+    const found: DescribedRow[] = []
+    for (let offset = 0; found.length < limit; ) {
+      // without a filter on the message, every row read is one of the list: read no more than it still needs
+      const size = filtersMessages(filter) ? CHUNK : Math.min(CHUNK, limit - found.length)
+      const rows = (await this.selection(filter, columns, dead).orderBy('timestamp', 'ID').limit(size, offset)) as DescribedRow[]
+      offset += rows.length
+      for (const row of rows) if ((await this.matches(row, filter)) && found.push(row) === limit) break
+      if (rows.length < size) break
+    }
+    return found
+  }
+
+  /**
+   * The rows of this app matching `filter` as far as SQL can tell, without their messages: dead letters (or the
+   * others), of the queue, enqueued before the time, and of the service and event where the columns name them — or
+   * where they do not (rows others wrote; see `matches`).
+   */
+  private selection(filter: DeadLetterFilter, columns: string[], dead: boolean) {
+    const query = SELECT.from(MESSAGES).columns('ID', 'target', 'service', 'event', ...columns).where(this.own).and(this.deadLetters(dead))
     if (filter.queue) query.and({ target: filter.queue })
     if (filter.enqueuedBefore !== undefined) query.and({ timestamp: { '<': new Date(filter.enqueuedBefore).toISOString() } })
-    const rows = (await query) as DescribedRow[]
-    const wanted = filter.service !== undefined || filter.event !== undefined
-    return rows.filter(row => !wanted || matchesMessage(described(row), filter))
+    const named: unknown[] = []
+    if (filter.service !== undefined) named.push({ ref: ['service'] }, '=', { val: filter.service })
+    if (filter.event !== undefined) named.push(...(named.length ? ['and'] : []), { ref: ['event'] }, '=', { val: filter.event })
+    if (named.length) query.and({ xpr: [{ xpr: named }, 'or', { ref: ['service'] }, 'is', 'null'] })
+    return query
+  }
+
+  /**
+   * Whether `row` matches the filter on service and event: by its columns, or for rows others wrote (empty columns)
+   * by its message, read on its own; such a row gets its service and event from it on the way, for the lists.
+   */
+  private async matches(row: DescribedRow, filter: DeadLetterFilter): Promise<boolean> {
+    if (!row.service) Object.assign(row, described({ ...row, msg: await this.message(row.ID) }))
+    return matchesMessage({ service: row.service ?? undefined, event: row.event ?? undefined }, filter)
   }
 
   /**
@@ -258,12 +303,34 @@ function described(row: DescribedRow): { service?: string; event?: string } {
   }
 }
 
+/**
+ * How many messages one page of the operator service's lists holds when it shows their `msg`: as many of the largest
+ * a queue allows (`maxMessageSize`) as fit `bytes` (`maxClaimBytes`, what the process holds of messages at once), at
+ * least one. A list without `msg` (`$select`) is not paged beyond CAP's own limit.
+ */
+export function messagesPerPage(queues: QueueRegistry, bytes: number): number {
+  const largest = Math.max(...queues.all().map(queue => queue.maxMessageSize))
+  return Math.max(1, Math.floor(bytes / largest))
+}
+
+/** Whether a query of the operator service reads the messages themselves: it selects `msg`, or every column. */
+export function readsMessages(query: unknown): boolean {
+  const columns = (query as { SELECT?: { columns?: unknown[] } } | undefined)?.SELECT?.columns
+  if (!columns) return true
+  return columns.some(column => column === '*' || ['*', 'msg'].includes((column as { ref?: string[] }).ref?.[0] ?? ''))
+}
+
 /** Fills in service and event of rows read through the operator service where the columns are empty. */
 export function describeRows(rows: unknown): void {
   for (const row of (Array.isArray(rows) ? rows : [rows]) as DescribedRow[]) {
     if (!row || typeof row !== 'object' || row.service || typeof row.msg !== 'string') continue
     Object.assign(row, described(row))
   }
+}
+
+/** Whether `filter` names a service or an event: rows others wrote name theirs only in their messages. */
+function filtersMessages(filter: DeadLetterFilter): boolean {
+  return filter.service !== undefined || filter.event !== undefined
 }
 
 function matchesMessage({ service, event }: { service?: string; event?: string }, filter: DeadLetterFilter): boolean {

@@ -1,10 +1,11 @@
 import cds from '@sap/cds'
 import { beforeDisconnect } from '../lib/cap/lifecycle'
+import { limitPage } from '../lib/cap/paging'
 import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { describeRows, messagesPerPage, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
 import { clock } from '../lib/time/clock'
 
 type Request = cds.Request & { params: unknown[] }
@@ -83,6 +84,11 @@ export default class EventQueuesService extends cds.ApplicationService {
       const query = req.query as unknown as { where(condition: object): unknown }
       query.where(queries.ownRows())
       query.where(queries.deadLetters(false))
+    })
+    // A list that shows messages comes in pages that fit the heap, whatever the messages' size (see `messagesPerPage`);
+    // over HTTP, where each page links the next (a read in code pages itself, as with CAP's own page size).
+    this.before('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (req: Request) => {
+      if (req.http && readsMessages(req.query)) limitPage(req.query, messagesPerPage(settings.queues, settings.runner.maxClaimBytes))
     })
     this.after('READ', ['DeadOutboxMessages', 'PendingOutboxMessages'], (rows: unknown) => describeRows(rows))
 

@@ -396,6 +396,36 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('paging (lib/cap/paging.ts)', () => {
+    test('a before READ handler that lowers SELECT.limit.rows pages the OData collection with nextLinks that reach every row', async () => {
+      const { limitPage } = require('../lib/cap/paging')
+      const target = await cds.connect.to('Target')
+      const rows = Array.from({ length: 5 }, (_, n) => ({ ID: cds.utils.uuid(), kind: 'paged', message: `m${n}` }))
+      await INSERT.into('Target.Records').entries(rows)
+      let paging = true
+      target.before('READ', 'Records', req => paging && limitPage(req.query, 2))
+      const paged = `$filter=${encodeURIComponent("kind eq 'paged'")}`
+      try {
+        const seen = []
+        const pages = []
+        for (let url = `/odata/v4/target/Records?${paged}&$orderby=message`; url; ) {
+          const { data } = await app.axios.get(url)
+          pages.push(data.value.length)
+          seen.push(...data.value.map(r => r.message))
+          url = data['@odata.nextLink'] && `/odata/v4/target/${data['@odata.nextLink']}`
+        }
+        expect(pages).toEqual([2, 2, 1])
+        expect(seen).toEqual(['m0', 'm1', 'm2', 'm3', 'm4'])
+        // a client's smaller $top stays; a single row's read is not paged
+        expect((await app.axios.get(`/odata/v4/target/Records?${paged}&$top=1`)).data.value).toHaveLength(1)
+        expect((await app.axios.get(`/odata/v4/target/Records(${rows[0].ID})`)).data).toMatchObject({ message: 'm0' })
+      } finally {
+        paging = false
+        await DELETE.from('Target.Records').where({ kind: 'paged' })
+      }
+    })
+  })
+
   describe('implicit', () => {
     test('cds.connect.to queues services configured `outboxed` by calling the global cds.queued', async () => {
       const outboxed = await cds.connect.to('Outboxed')

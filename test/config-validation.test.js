@@ -25,6 +25,7 @@ describe('configuration validation', () => {
     [{ queue: { pollInterval: 'soon' } }, 'Invalid cds.requires.queue.pollInterval: "soon"'],
     [{ queue: { backoff: { jitter: 2 } } }, 'Invalid cds.requires.queue.backoff.jitter: 2. Expected a number from 0 to 1.'],
     [{ queue: { concurrency: 0 } }, 'Invalid cds.requires.queue.concurrency: 0. Expected an integer from 1 to 1000.'],
+    [{ queue: { maxClaimBytes: 100 } }, 'Invalid cds.requires.queue.maxClaimBytes: 100. Expected an integer >= 1024.'],
     [{ queue: { store: 'fast' } }, "Invalid cds.requires.queue.store: \"fast\". Expected 'auto', 'native' or 'portable'."],
     [{ Outboxed: { impl: 'srv/plain-service.js', outboxed: 42 } }, 'Invalid cds.requires.Outboxed.outboxed: 42. Expected true, false, a queue name, or an object of queue options.'],
     [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: -1 } } }, 'Invalid cds.requires.OwnQueue.outboxed.maxAttempts: -1'],

@@ -92,7 +92,9 @@ describe('dead letters', () => {
 
     const pending = await ops.get('/PendingOutboxMessages')
     expect(pending.data.value.map(m => m.ID)).toEqual([flaky])
-    expect(pending.data.value[0]).toMatchObject({ target: 'queue', attempts: retried.attempts })
+    // flaky goes on failing: on a loaded machine its next attempt may come before the list
+    expect(pending.data.value[0]).toMatchObject({ target: 'queue', attempts: expect.any(Number) })
+    expect(pending.data.value[0].attempts).toBeGreaterThanOrEqual(retried.attempts)
   })
 
   test('$filter, $orderby, $top, $skip and $count work on DeadOutboxMessages', async () => {

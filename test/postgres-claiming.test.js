@@ -186,7 +186,7 @@ describe('postgres: claiming', () => {
     await query('ANALYZE cds_outbox_messages')
     // the runner may claim meanwhile: the first statement of each kind
     const [park, walk, claim] = [/SET dueAt = '9999/, /WITH RECURSIVE parked/, /SET status = 'processing'/].map(kind => statements.find(s => kind.test(s.sql)))
-    claim.params[claim.params.length - 1] = 10 // the claim's limit
+    claim.params[claim.params.length - 2] = 10 // the claim's limit (the last parameter is its bound in bytes)
     for (const [what, statement] of [['claim', claim], ['look for keyed rows to hold back', park], ['walk over held-back keys', walk]]) {
       const plan = await explain(statement)
       console.log(`${what}, with 100k held-back messages:\n${plan}`)

@@ -3,7 +3,7 @@ import { dialectFor } from '../store/dialect'
 import { CHUNK, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
 import type { Invocation, Options } from './args'
 import { EXIT } from './exit-codes'
-import { firstLine, progress, seconds, table, type Streams } from './output'
+import { firstLine, progress, seconds, table, writeJsonArray, type Streams } from './output'
 import { clock } from '../time/clock'
 
 /** What a command works with: the operator service's queries on the project's own database. */
@@ -59,10 +59,14 @@ function filterOf(options: Options): DeadLetterFilter {
   return filter
 }
 
+/**
+ * `dead`: the list, without the messages (see `DeadLetterSummary`); `--json` adds each one's message, read and written
+ * one at a time, so the list costs the heap one message however many there are.
+ */
 async function dead(session: Session, options: Options): Promise<number> {
   const { queries, streams } = session
   const rows = await inTransaction(session, () => queries.listDeadLetters(filterOf(options), options.limit))
-  if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
+  if (options.json) await writeJsonArray(streams, rows, async row => ({ ...row, msg: (await inTransaction(session, () => queries.message(row.ID))) ?? null }))
   else if (!rows.length) streams.stdout.write('No dead letters.\n')
   else {
     const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.lastAttemptTimestamp ?? '', firstLine(r.lastError)])

@@ -1,3 +1,5 @@
+import { once } from 'events'
+
 /** What the CLI writes: tables for people, JSON for scripts, a progress bar only where someone watches. */
 
 export interface Streams {
@@ -57,4 +59,19 @@ export function progress(streams: Streams, verb: string, total: number, chunk: n
       streams.stdout.write('\n')
     }
   }
+}
+
+/**
+ * Writes `items` as `JSON.stringify(items, null, 2)` would, each one as `expand` makes it just before it is written, and
+ * waits whenever stdout's buffer is full: a list of large items never sits in memory as a whole.
+ */
+export async function writeJsonArray<T>(streams: Streams, items: T[], expand: (item: T) => Promise<unknown>): Promise<void> {
+  const { stdout } = streams
+  const write = async (text: string) => void (stdout.write(text) || (await once(stdout, 'drain')))
+  if (items.length === 0) return write('[]\n')
+  for (const [i, item] of items.entries()) {
+    const json = JSON.stringify(await expand(item), null, 2).replace(/\n/g, '\n  ')
+    await write(`${i === 0 ? '[' : ','}\n  ${json}`)
+  }
+  await write('\n]\n')
 }

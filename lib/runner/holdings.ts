@@ -8,7 +8,7 @@ import type { Gates } from './gates'
 import { AttemptAborted, tenantGone, type Lease } from './lease'
 import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
-import { Slots, type SlotCounts } from './slots'
+import { payloadBytes, Slots, type SlotCounts } from './slots'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
 
@@ -36,7 +36,9 @@ export class Slot {
   constructor(
     readonly queue: QueueSettings,
     readonly claimedBy: string,
-    readonly entries: readonly Held[]
+    readonly entries: readonly Held[],
+    /** What its messages hold of the heap, until it ends (see `payloadBytes`). */
+    readonly bytes: number
   ) {}
 }
 
@@ -63,9 +65,11 @@ export class Holdings {
   constructor(
     concurrency: number,
     batchSize: number,
+    /** `maxClaimBytes`: the most bytes of messages the slots hold at once (see `Slots.claimBounds`). */
+    maxBytes: number,
     private readonly host: HoldingsHost
   ) {
-    this.counters = new Slots(concurrency, batchSize)
+    this.counters = new Slots(concurrency, batchSize, maxBytes)
   }
 
   get slots(): SlotCounts {
@@ -100,12 +104,13 @@ export class Holdings {
    * promised slot is this one. Held from now on, for shutdown and for the loop's check of claims in this process's name.
    */
   start(queue: QueueSettings, claimedBy: string, entries: Held[], reserved: boolean): Slot {
-    this.counters.take(queue)
+    const bytes = payloadBytes(entries.map(held => held.row))
+    this.counters.take(queue, bytes, entries.length)
     for (const held of entries) {
       this.held.add(held)
       if (reserved) this.reservations.delete(held.row.ID)
     }
-    return new Slot(queue, claimedBy, entries)
+    return new Slot(queue, claimedBy, entries, bytes)
   }
 
   /** Logs and writes what one message's attempt came to, and tells its queue's gates and the monitor. */
@@ -165,7 +170,7 @@ export class Holdings {
     }
     // Also after a reserved message: a pass that found it running skipped planning the next due time, and its handler
     // may have queued a callback.
-    if (this.counters.give(slot.queue)) this.host.wake(slot.tenant)
+    if (this.counters.give(slot.queue, slot.bytes)) this.host.wake(slot.tenant)
   }
 
   /**

@@ -162,11 +162,13 @@ export class Loop {
         if (tenants.gone(tenant)) continue
         this.looked.set(tenant, this.looked.get(tenant) ?? clock.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
-        const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
+        const { limit, bytes, full } = slots.claimBounds(this.limits.chunkSize, share)
+        // the slots hold `maxClaimBytes` already: a finishing slot wakes the loop again
+        if (bytes === 0) return
         const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
         let rows: MessageRow[]
         try {
-          rows = await tenants.run(tenant, () => this.claim(limit, skip))
+          rows = await tenants.run(tenant, () => this.claim(limit, bytes, skip))
         } catch (e) {
           tenants.claimFailed(tenant, e) // the pass after its backoff is planned when this one ends (see idle)
           continue
@@ -220,11 +222,11 @@ export class Loop {
     }
   }
 
-  private claim(limit: number, skipTargets: string[]): Promise<MessageRow[]> {
+  private claim(limit: number, bytes: number, skipTargets: string[]): Promise<MessageRow[]> {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
     const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
-    return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets))
+    return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets, bytes))
   }
 
   private async ensureIndexes(tenant: Tenant): Promise<void> {

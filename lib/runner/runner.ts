@@ -45,12 +45,12 @@ export class Runner {
   stopping = false
 
   constructor(private readonly settings: Settings) {
-    const { concurrency, batchSize } = settings.runner
+    const { concurrency, batchSize, maxClaimBytes } = settings.runner
     this.queues = settings.queues
     const t0 = metaTenant()
     const register = t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval)
     this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.holdings.abandonTenant(tenant))
-    this.holdings = new Holdings(concurrency, batchSize, this)
+    this.holdings = new Holdings(concurrency, batchSize, maxClaimBytes, this)
     this.loop = new Loop(this, settings.runner)
   }
 
@@ -73,7 +73,7 @@ export class Runner {
     // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
     if (portable && !this.started && this.settings.runner.batchSize > 1) {
       const runner = { ...this.settings.runner, batchSize: 1 }
-      this.holdings = new Holdings(runner.concurrency, 1, this)
+      this.holdings = new Holdings(runner.concurrency, 1, runner.maxClaimBytes, this)
       this.loop = new Loop(this, runner)
     }
   }

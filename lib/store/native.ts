@@ -150,17 +150,24 @@ export class NativeStore implements BatchingStore {
 
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
-   * process) and rows whose ordering key is busy. A row whose previous lease expired counts that lost attempt, so a
-   * message that kills its process every time still ends as a dead letter.
+   * process) and rows whose ordering key is busy, while their stored messages add up to at most `maxBytes` (the first
+   * one whatever its size). A row whose previous lease expired counts that lost attempt, so a message that kills its
+   * process every time still ends as a dead letter.
    */
-  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
     const claimedAt = iso(now)
     const { skipLocked } = this.dialect
-    let claimed = await this.changes(statements.claim(this.own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit, skipTargets))
+    const claim = (own: Fragment, rows: number, bytes: number) =>
+      this.changes(statements.claim(own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
+    let claimed = await claim(this.own, limit, maxBytes)
     if (claimed < limit && this.old && this.oldRowsLeft) {
-      const old = await this.changes(statements.claim(this.old, this.ownE, skipLocked, owner, claimedAt, leaseUntil, limit - claimed, skipTargets))
-      if (old === 0) this.oldRowsLeft = false
-      claimed += old
+      // what the first claim left of the bytes, asked only while rows from before CAP had appid may be left
+      const [{ bytes }] = await this.rows<{ bytes: unknown }>(statements.claimedBytes(owner, claimedAt))
+      if (Number(bytes) < maxBytes) {
+        const old = await claim(this.old, limit - claimed, maxBytes - Number(bytes))
+        if (old === 0) this.oldRowsLeft = false
+        claimed += old
+      }
     }
     if (claimed === 0) return []
     const rows = await this.rows<RawRow>(statements.claimedRows(this.dialect, owner, claimedAt))

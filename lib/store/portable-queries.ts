@@ -40,7 +40,7 @@ const skippingLocked = <T>(query: T): T => (query as unknown as Lockable).forUpd
 /** The columns a claim reads: everything a MessageRow needs, and what the claim decides by. */
 export const CLAIM_COLUMNS = ['ID', 'timestamp', 'target', 'msg', 'attempts', 'lastError', 'task', 'appid', 'claimedAt', 'claimedBy', 'status', 'orderingKey', 'interrupted']
 
-/** A row as `candidates` and `claimedRows` read it. */
+/** A row as `claimedRows` reads it. */
 export interface ClaimRow {
   ID: string
   timestamp: string
@@ -56,6 +56,14 @@ export interface ClaimRow {
   orderingKey: string | null
   interrupted: number | null
 }
+
+/** A row as `candidates` reads it: what the claim decides by, and instead of the message its length. */
+export interface Candidate extends Omit<ClaimRow, 'msg'> {
+  size: number | null
+}
+
+/** The columns of a candidate: the claim's, the message's length instead of the message (see `Candidate`). */
+const CANDIDATE_COLUMNS = [...CLAIM_COLUMNS.filter(c => c !== 'msg'), 'length(msg) as size']
 
 const outer = (column: string) => ({ ref: ['r', column] })
 const inner = (column: string) => ({ ref: ['e', column] })
@@ -75,16 +83,16 @@ function keyIsFree(own: Cqn, now: string): Cqn {
 }
 
 /**
- * Due rows of this app (`own`) a claim may take, oldest due first, those of a busy ordering key left out, locked for
- * this transaction; rows another transaction holds locked (a claim in progress elsewhere) are skipped, not waited
- * for. A row another runner set to 'processing' without a claim of this plugin is left alone until the
- * reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
+ * Due rows of this app (`own`) a claim may take, oldest due first, without their messages (see `Candidate`), those of
+ * a busy ordering key left out, locked for this transaction; rows another transaction holds locked (a claim in
+ * progress elsewhere) are skipped, not waited for. A row another runner set to 'processing' without a claim of this
+ * plugin is left alone until the reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
  */
 export function candidates(own: Cqn, ownE: Cqn, claimedAt: string, limit: number, skipTargets: string[]): Query {
   const claimable = { xpr: [isNull('status'), 'or', notNull('claimedBy')] }
   const skip = skipTargets.length ? { xpr: [outer('target'), 'not', 'in', { list: skipTargets.map(val) }] } : undefined
   const where = all(own, compare('dueAt', '<=', claimedAt), claimable, skip, keyIsFree(ownE, claimedAt))
-  return skippingLocked(SELECT.from(`${ENTITY} as r`).columns(...CLAIM_COLUMNS).where(where).orderBy(...ascending('dueAt')).limit(limit))
+  return skippingLocked(SELECT.from(`${ENTITY} as r`).columns(...CANDIDATE_COLUMNS).where(where).orderBy(...ascending('dueAt')).limit(limit))
 }
 
 /** The candidates `IDs` whose ordering key is still free, in a statement of its own (it sees what committed since). */
@@ -123,7 +131,7 @@ export function claimFresh(IDs: string[], owner: string, claimedAt: string, leas
  * does: the interruption is counted, and from the second one on it counts as an attempt, with `lastError` saying whose
  * it was (the first is free: a process holds more than it runs; the row then runs alone).
  */
-export function expiredClaim(row: ClaimRow): { attempts: number; lastError: string | null; interrupted: number } {
+function expiredClaim(row: Candidate): { attempts: number; lastError: string | null; interrupted: number } {
   const interrupted = Number(row.interrupted ?? 0)
   const attempts = Number(row.attempts ?? 0)
   if (interrupted === 0) return { attempts, lastError: row.lastError, interrupted: 1 }
@@ -131,7 +139,7 @@ export function expiredClaim(row: ClaimRow): { attempts: number; lastError: stri
 }
 
 /** Claims a row whose previous lease expired (see `expiredClaim`), only if it still is in the state read. */
-export function claimExpired(row: ClaimRow, owner: string, claimedAt: string, leaseUntil: number): Query {
+export function claimExpired(row: Candidate, owner: string, claimedAt: string, leaseUntil: number): Query {
   return UPDATE(ENTITY)
     .set({ status: PROCESSING, claimedBy: owner, claimedAt, dueAt: iso(leaseUntil), lastAttemptTimestamp: claimedAt, ...expiredClaim(row) })
     .where(all(compare('ID', '=', row.ID), compare('status', '=', PROCESSING), compare('claimedBy', '=', row.claimedBy), compare('dueAt', '<=', claimedAt)))

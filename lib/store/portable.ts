@@ -8,7 +8,7 @@ import { KeyClock } from './key-clock'
 import { distinctKeys, iso, messageRow, millis, rowState } from './rows'
 import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Retentions, type TaskRow } from './rules'
 import * as q from './portable-queries'
-import type { ClaimRow, Cqn } from './portable-queries'
+import type { Candidate, ClaimRow, Cqn } from './portable-queries'
 import type { HeldBack, QueueStore } from './queue-store'
 import type { Described } from './statements'
 import { clock } from '../time/clock'
@@ -76,32 +76,36 @@ export class PortableStore implements QueueStore {
     return mine.length ? Number(await q.deleteTask(mine, task, this.own)) : 0
   }
 
-  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
     const claimedAt = iso(now)
-    let rows = await this.claimFrom(this.own, owner, claimedAt, leaseUntil, limit, skipTargets)
-    if (rows.length < limit && this.old && this.oldRowsLeft) {
-      const old = await this.claimFrom(this.old, owner, claimedAt, leaseUntil, limit - rows.length, skipTargets)
-      if (old.length === 0) this.oldRowsLeft = false
-      rows = rows.concat(old)
+    const own = await this.claimFrom(this.own, owner, claimedAt, leaseUntil, limit, skipTargets, maxBytes)
+    let rows = own.rows
+    if (rows.length < limit && own.bytes < maxBytes && this.old && this.oldRowsLeft) {
+      const old = await this.claimFrom(this.old, owner, claimedAt, leaseUntil, limit - rows.length, skipTargets, maxBytes - own.bytes)
+      if (old.rows.length === 0) this.oldRowsLeft = false
+      rows = rows.concat(old.rows)
     }
     return rows.sort((a, b) => a.timestamp - b.timestamp)
   }
 
-  /** One claim over the rows `own` selects: lock the candidates, keep those whose key stays free, mark them claimed. */
-  private async claimFrom(own: Cqn, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Promise<MessageRow[]> {
-    const candidates = (await q.candidates(own, this.own, claimedAt, limit, skipTargets)) as ClaimRow[]
-    if (candidates.length === 0) return []
-    const taken = await this.keysStillFree(candidates, claimedAt)
+  /**
+   * One claim over the rows `own` selects: lock the candidates, keep those whose key stays free and, in due order,
+   * whose messages add up to at most `maxBytes` (the first whatever its size), mark them claimed, then read them.
+   * The candidates are read without their messages: only the claimed ones' are read, so a backlog of large messages
+   * costs the process what the claim takes. The rows and the bytes of their messages.
+   */
+  private async claimFrom(own: Cqn, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes: number): Promise<{ rows: MessageRow[]; bytes: number }> {
+    const candidates = (await q.candidates(own, this.own, claimedAt, limit, skipTargets)) as Candidate[]
+    if (candidates.length === 0) return { rows: [], bytes: 0 }
+    const taken = withinBytes(await this.keysStillFree(candidates, claimedAt), maxBytes)
     const fresh = taken.filter(r => r.status === null || r.status === undefined)
     const expired = taken.filter(r => r.status !== null && r.status !== undefined)
     let claimed = fresh.length ? Number(await q.claimFresh(fresh.map(r => r.ID), owner, claimedAt, leaseUntil)) : 0
     for (const row of expired) claimed += Number(await q.claimExpired(row, owner, claimedAt, leaseUntil))
-    if (claimed === 0) return []
-    // Every guard held (row locks, or nobody else wrote meanwhile): the rows as read, with the claim written.
-    const rows = claimed === taken.length
-      ? taken.map(r => asClaimed(r, owner, claimedAt))
-      : ((await q.claimedRows(owner, claimedAt, taken.map(r => r.ID))) as ClaimRow[])
-    return rows.map(r => this.messageRow(r))
+    if (claimed === 0) return { rows: [], bytes: 0 }
+    const rows = (await q.claimedRows(owner, claimedAt, taken.map(r => r.ID))) as ClaimRow[]
+    const read = new Set(rows.map(r => r.ID))
+    return { rows: rows.map(r => this.messageRow(r)), bytes: taken.reduce((sum, r) => sum + (read.has(r.ID) ? Number(r.size ?? 0) : 0), 0) }
   }
 
   /**
@@ -112,7 +116,7 @@ export class PortableStore implements QueueStore {
    * could not be locked is such a claim in progress, and the key waits. Then the keys are checked again in a new
    * statement, which sees every claim that committed before it (the native store does the same with an advisory lock).
    */
-  private async keysStillFree(candidates: ClaimRow[], claimedAt: string): Promise<ClaimRow[]> {
+  private async keysStillFree(candidates: Candidate[], claimedAt: string): Promise<Candidate[]> {
     const keyed = candidates.filter(r => r.orderingKey !== null && r.orderingKey !== undefined)
     if (keyed.length === 0) return candidates
     const busy = await this.keysLockedElsewhere([...new Set(keyed.map(r => r.orderingKey as string))], claimedAt)
@@ -324,10 +328,10 @@ export class PortableStore implements QueueStore {
   }
 }
 
-/** A candidate row as the claim wrote it. */
-function asClaimed(row: ClaimRow, owner: string, claimedAt: string): ClaimRow {
-  if (row.status === null || row.status === undefined) return { ...row, status: PROCESSING, claimedBy: owner, claimedAt }
-  return { ...row, status: PROCESSING, claimedBy: owner, claimedAt, ...q.expiredClaim(row) }
+/** The first of `candidates` (in due order) whose messages add up to at most `maxBytes`, and the first one anyway. */
+function withinBytes(candidates: Candidate[], maxBytes: number): Candidate[] {
+  let bytes = 0
+  return candidates.filter((row, i) => (bytes += Number(row.size ?? 0)) <= maxBytes || i === 0)
 }
 
 /** `message` with the millisecond `keyClock` gives it, if it has an ordering key. */

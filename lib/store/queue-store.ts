@@ -26,8 +26,11 @@ export interface QueueStore {
    * CAP's built-in queue gives a task); the number removed.
    */
   unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number>
-  /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see NativeStore.claim for the rules). */
-  claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[]): Promise<MessageRow[]>
+  /**
+   * Claims up to `limit` due rows for `owner` until `leaseUntil`, in due order while their stored messages add up to
+   * at most `maxBytes` (the first one whatever its size): see NativeStore.claim for the rules.
+   */
+  claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[], maxBytes?: number): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */
   complete(claim: Claim): Promise<boolean>
   /** Deletes the processed rows of one claim while it holds them; the number deleted. */

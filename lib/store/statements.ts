@@ -189,27 +189,42 @@ export function deleteTask(IDs: string[], task: string, own: Fragment): Fragment
 /**
  * Claims up to `limit` due rows of this app (`own`) for `owner`, skipping the queues in `skipTargets` and rows whose
  * ordering key is busy. A row another runner set to 'processing' without a claim of this plugin is left alone until
- * the reconciliation has given it a lease of its own (`NativeStore.reconcile`). `lastAttemptTimestamp` is the claim's time,
- * so CAP's runner sees the row held.
+ * the reconciliation has given it a lease of its own (`NativeStore.reconcile`). `lastAttemptTimestamp` is the claim's
+ * time, so CAP's runner sees the row held.
+ *
+ * The rows are taken in due order while their messages add up to at most `maxBytes`, the first one whatever its size,
+ * so what a process reads of a backlog of large messages stays bounded (`maxClaimBytes`). The sizes come from
+ * `octet_length`, which neither database answers by reading the message (SQLite reads the length from the record
+ * header, PostgreSQL from the TOAST pointer); rows past the bound are locked until the claim commits, not claimed.
  *
  * A row whose lease expired (`status` still 'processing') was interrupted: its process died or gave up on it. Only an
  * attempt that started may count, and a process holds more than it runs (a batch's rest, claims at enqueue), so the
  * first interruption is free; the row then runs alone, at once after its claim, and every further interruption counts
  * as an attempt — a message that kills its process every time still ends as a dead letter.
  */
-export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[]): Fragment {
+export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes = Number.MAX_SAFE_INTEGER): Fragment {
   const free = keyIsFree(ownE, claimedAt)
   const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
+  const candidates = `SELECT r.ID, r.dueAt, COALESCE(octet_length(r.msg), 0) AS size FROM ${TABLE} r
+    WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL) ${skip} AND ${free.sql}
+    ORDER BY r.dueAt LIMIT ? ${skipLocked}`
+  // `upto`: the bytes of the candidates up to and including this one; the first one's is its own size
+  const withinBytes = `SELECT w.ID FROM (SELECT c.ID, c.size, SUM(c.size) OVER (ORDER BY c.dueAt, c.ID) AS upto FROM (${candidates}) c) w
+    WHERE w.upto <= ? OR w.upto = w.size`
   return {
     sql: `UPDATE ${TABLE} SET status = '${PROCESSING}', claimedBy = ?, claimedAt = ?, dueAt = ?, lastAttemptTimestamp = ?,
         attempts = attempts + CASE WHEN status = '${PROCESSING}' AND interrupted > 0 THEN 1 ELSE 0 END,
         lastError = CASE WHEN status = '${PROCESSING}' AND interrupted > 0
           THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
         interrupted = interrupted + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END
-      WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL)
-        ${skip} AND ${free.sql} ORDER BY r.dueAt LIMIT ? ${skipLocked})`,
-    params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit]
+      WHERE ID IN (${withinBytes})`,
+    params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit, maxBytes]
   }
+}
+
+/** The bytes of the messages a claim took (see `claim`), by its owner and time. */
+export function claimedBytes(owner: string, claimedAt: string): Fragment {
+  return { sql: `SELECT COALESCE(SUM(octet_length(msg)), 0) AS "bytes" FROM ${TABLE} WHERE claimedBy = ? AND claimedAt = ?`, params: [owner, claimedAt] }
 }
 
 /** The rows a claim took, by its owner and time, in enqueue order. */

@@ -13,6 +13,7 @@ const { waitingForOtherWriters } = require('../../lib/cap/database-options')
 const SKEWED_CLOCK = path.join(__dirname, 'skewed-clock.js')
 
 /**
+ * The environment of a process of the test app on `database`: an app instance's, or the CLI's beside one.
  * `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private
  * server). `clockSkew`: the process's wall clock runs this many ms ahead (negative: behind).
  */
@@ -29,11 +30,12 @@ function environment(database, { name, queue = {}, requires = {}, deploy = false
 
 /**
  * Starts an app instance (test/support/instance.js, or `script`: cap-instance.js serves CAP's built-in queue without
- * the plugin); resolves once it serves, with `child.url`. `deploy: true` deploys the model first.
+ * the plugin); resolves once it serves, with `child.url`. `deploy: true` deploys the model first; `execArgv`: Node's
+ * options for the process (e.g. `--max-old-space-size=512`, a small container's heap).
  */
 function startInstance(database, options) {
   const script = options.script ?? 'instance.js'
-  const child = fork(path.join(__dirname, script), [], { env: environment(database, options), silent: true })
+  const child = fork(path.join(__dirname, script), [], { env: environment(database, options), silent: true, execArgv: options.execArgv })
   child.output = ''
   const collect = chunk => (child.output += chunk)
   child.stdout.on('data', collect)
@@ -121,4 +123,4 @@ function startFailing(database, failure, limit) {
   )
 }
 
-module.exports = { startInstance, startInstances, stopInstance, enqueueFromAnotherProcess, runOneOff, startFailing }
+module.exports = { environment, startInstance, startInstances, stopInstance, enqueueFromAnotherProcess, runOneOff, startFailing }
