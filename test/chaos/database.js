@@ -60,7 +60,9 @@ async function postgresDatabase(name) {
   await pgServer.createDatabase(name, on)
   const config = pgServer.dbConfig(name, on)
   // The pool stays above the handlers' concurrency (README, "Databases"): renewals and outcomes need connections too.
-  config.pool = { ...config.pool, max: 30 }
+  // Connecting took longer than @cap-js/postgres's 1 s acquire timeout on this loaded 2-core machine (new processes
+  // failed their first requests with "ResourceRequest timed out"): that is the machine, not the queue.
+  config.pool = { ...config.pool, max: 30, acquireTimeoutMillis: 5000 }
   return {
     kind: 'postgres',
     config,

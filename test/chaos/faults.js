@@ -9,6 +9,20 @@ const { now } = require('./app/srv/true-clock')
 
 const pause = ms => new Promise(resolve => setTimeout(resolve, ms))
 
+/**
+ * Waits until every other slot serves (at most `patience` ms): a fault takes down one process at a time, so with
+ * several processes one is always there to take over, however slowly a loaded machine starts them.
+ */
+async function othersServing(ctx, slot, patience = 30_000) {
+  const end = now() + patience
+  const others = () => ctx.plan.slots.filter(s => s !== slot).every(s => ctx.fleet.live().some(p => p.record.slot === s))
+  while (!others()) {
+    if (now() > end || ctx.stopping) return false
+    await ctx.fleet.changed()
+  }
+  return true
+}
+
 /** Runs `fn` after whatever else is being done to `slot`. */
 function withSlot(ctx, slot, fn) {
   const previous = ctx.slotLocks.get(slot) ?? Promise.resolve()
@@ -36,6 +50,7 @@ async function heldBy(ctx, pid) {
 
 function kill(ctx, { slot, down }) {
   return withSlot(ctx, slot, async () => {
+    if (!(await othersServing(ctx, slot))) return
     const victim = await ctx.fleet.kill(slot)
     if (!victim) return
     const at = now()
@@ -47,7 +62,7 @@ function kill(ctx, { slot, down }) {
 
 function terminate(ctx, { slot, down }) {
   return withSlot(ctx, slot, async () => {
-    if (!(await ctx.fleet.terminate(slot))) return
+    if (!(await othersServing(ctx, slot)) || !(await ctx.fleet.terminate(slot))) return
     await pause(down)
     await startSlot(ctx, slot)
   })
@@ -56,6 +71,7 @@ function terminate(ctx, { slot, down }) {
 /** A host whose clock is off by `skew` ms: the slot's process is restarted with it, then again with the true clock. */
 function skew(ctx, { slot, skew, hold }) {
   return withSlot(ctx, slot, async () => {
+    if (!(await othersServing(ctx, slot))) return
     ctx.skews.set(slot, skew)
     await ctx.fleet.terminate(slot)
     await startSlot(ctx, slot)

@@ -47,7 +47,7 @@ async function operate(ctx, event) {
   if (ctx.unsubscribed.has(event.tenant)) return
   const proc = await serving(ctx)
   if (!proc) return
-  const record = { action: event.action, via: event.via, filter: event.filter, tenant: event.tenant, from: now() }
+  const record = { action: event.action, via: event.via, filter: event.filter, tenant: event.tenant, pid: proc.pid, from: now() }
   const res = ['revive', 'delete'].includes(event.action) ? await byId(ctx, proc, event) : await bulk(ctx, proc, event)
   if (res.skipped) return
   ctx.history.operator.push({ ...record, ...res, to: now() })

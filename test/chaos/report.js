@@ -32,6 +32,15 @@ function printSeed(result, violations, out = console.log) {
   const faults = Object.entries(fig.faults).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(', ')
   out(`  ${plan.variant.name}, ${plan.slots.length} process(es), ${plan.duration / 1000} s of faults; ${fig.messages} messages (${fig.committed} committed), ${faults || 'no faults'}; ${fig.dead} dead letters at the end; ${fig.drained.drained ? `drained in ${(fig.drained.ms / 1000).toFixed(1)} s` : 'NOT drained'}`)
   for (const note of history.notes) out(`  note: ${note}`)
+  const outcomes = {}
+  for (const r of history.requests) outcomes[r.outcome] = (outcomes[r.outcome] ?? 0) + 1
+  out(`  requests: ${Object.entries(outcomes).map(([k, n]) => `${n} ${k}`).join(', ')}`)
+  const failures = new Map()
+  for (const r of history.requests.filter(r => r.outcome === 'failed')) {
+    const text = `${r.status} ${String(JSON.stringify(r.body?.error?.message ?? r.body)).slice(0, 120)}`
+    failures.set(text, (failures.get(text) ?? 0) + 1)
+  }
+  for (const [text, n] of failures) out(`  note: ${n} request(s) failed with ${text}`)
   if (!violations.length) return
   const byInvariant = new Map()
   for (const v of violations) byInvariant.set(v.invariant, [...(byInvariant.get(v.invariant) ?? []), v])

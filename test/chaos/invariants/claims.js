@@ -2,21 +2,41 @@ const { byQueue } = require('../queues')
 const { pidOfClaim } = require('../state')
 
 /**
- * I6: no row stays `processing` beyond its lease plus the poll interval once its owner is gone. The clock starts
- * when the owner ended and some process (and the database) was up to take the row over; a loaded machine gets
- * SLACK on top.
+ * I6: no row stays `processing` beyond its lease plus the poll interval once its owner is gone. The lease runs out
+ * at the latest `timeout` after the owner ended; then some process (and the database) must have been up for the
+ * poll interval to take the row over. A loaded machine gets SLACK on top.
  */
 
 const SLACK = 10_000
 
-/** The first moment at or after `t` when a process served and the database was up. */
-function takeoverPossible(f, t) {
-  const serving = f.history.processes
-    .filter(p => p.readyAt !== undefined && (p.endedAt === undefined || p.endedAt > t))
-    .map(p => Math.max(p.readyAt, t))
-  let at = Math.min(...serving)
-  for (const o of f.history.outages) if (o.from <= at && (o.to ?? Infinity) >= at) at = o.to ?? Infinity
-  return at
+/** When some process served and the database was up: merged intervals [from, to). */
+function servingIntervals(f) {
+  const up = f.history.processes.filter(p => p.readyAt !== undefined).map(p => [p.readyAt, p.endedAt ?? Infinity]).sort((a, b) => a[0] - b[0])
+  const merged = []
+  for (const [from, to] of up) {
+    const last = merged[merged.length - 1]
+    if (last && from <= last[1]) last[1] = Math.max(last[1], to)
+    else merged.push([from, to])
+  }
+  // minus the outages
+  return f.history.outages.reduce((intervals, o) => intervals.flatMap(([from, to]) => {
+    const [a, b] = [o.from, o.to ?? Infinity]
+    if (b <= from || a >= to) return [[from, to]]
+    return [[from, a], [b, to]].filter(([x, y]) => y > x)
+  }), merged)
+}
+
+/**
+ * The latest a row claimed by a process that ended at `ended` may still be claimed: its lease has run out by
+ * `ended + lease`, and then some process must have served (with the database up) for a poll interval and SLACK.
+ */
+function deadlineAfter(f, ended, lease, poll) {
+  const expired = ended + lease
+  for (const [from, to] of servingIntervals(f)) {
+    const start = Math.max(from, expired)
+    if (to - start >= poll + SLACK) return start + poll + SLACK
+  }
+  return Infinity
 }
 
 function I6(f) {
@@ -28,8 +48,7 @@ function I6(f) {
       const owner = pid && f.processOf(pid)
       if (!owner || owner.endedAt === undefined || owner.endedAt > at || reported.has(`${claim.ID} ${pid}`)) continue
       const settings = byQueue(f.settings, claim.target) ?? f.settings.Archive
-      const from = takeoverPossible(f, owner.endedAt)
-      const deadline = from + settings.timeout + settings.pollInterval + SLACK
+      const deadline = deadlineAfter(f, owner.endedAt, settings.timeout, settings.pollInterval)
       if (at <= deadline) continue
       reported.add(`${claim.ID} ${pid}`)
       const row = f.final.rows.find(r => r.ID === claim.ID)
@@ -37,7 +56,7 @@ function I6(f) {
       const lease = claim.dueAt ? new Date(claim.dueAt / 1000).toISOString() : '?'
       violations.push({
         wid, ids: [claim.ID], pids: [pid],
-        text: `message ${claim.ID}${wid ? ` (${wid})` : ''} of queue ${claim.target} was still claimed by process ${pid}${owner.skew ? ` (clock ${owner.skew > 0 ? '+' : ''}${owner.skew / 1000} s)` : ''} at ${f.time(at)}, ${((at - owner.endedAt) / 1000).toFixed(1)} s after it ${owner.end} at ${f.time(owner.endedAt)} (others could take it over from ${f.time(from)}; lease ${settings.timeout} ms + poll ${settings.pollInterval} ms + ${SLACK} ms slack); its lease says ${lease}`
+        text: `message ${claim.ID}${wid ? ` (${wid})` : ''} of queue ${claim.target} was still claimed by process ${pid}${owner.skew ? ` (clock ${owner.skew > 0 ? '+' : ''}${owner.skew / 1000} s)` : ''} at ${f.time(at)}, ${((at - owner.endedAt) / 1000).toFixed(1)} s after it ${owner.end} at ${f.time(owner.endedAt)} (by ${f.time(deadline)} its lease of ${settings.timeout} ms had run out and some process had served for the poll interval of ${settings.pollInterval} ms + ${SLACK} ms slack); its lease says ${lease}`
       })
     }
   }

@@ -76,16 +76,19 @@ function I11(f) {
   return violations.map(v => ({ ...v, invariant: 'I11', title: 'nothing runs before it is due' }))
 }
 
+/** An error of the plugin's own bookkeeping (its table, its runner), not of the database or the machine in general. */
+const PLUGINS = /outbox|event[-_ ]?queues|queue/i
+
 function I13(f) {
   const violations = []
   const excused = (pid, from, to) => f.excuse(pid, from, to) || f.processOf(pid)?.endedAt <= to + MARGIN
   for (const r of f.history.requests.filter(r => r.outcome === 'failed')) {
-    if (excused(r.pid, r.sentAt, r.doneAt) || f.unsubscribed(r.tenant)) continue
+    if (excused(r.pid, r.sentAt, r.doneAt) || f.unsubscribed(r.tenant) || !PLUGINS.test(JSON.stringify(r.body ?? ''))) continue
     violations.push({ pids: [r.pid], text: `the app's ${r.kind} request (${r.messages.map(m => m.wid).join(', ')}) failed with ${r.status} at ${f.time(r.doneAt)}, with no fault to explain it: ${String(JSON.stringify(r.body ?? r.error)).slice(0, 400)}` })
   }
   for (const a of f.history.operator) {
-    const failed = a.via === 'cli' ? a.code === 1 : a.status >= 500 || a.status === 0
-    if (!failed || f.history.outages.some(o => o.from <= a.to && (o.to ?? Infinity) >= a.from)) continue
+    const failed = a.via === 'cli' ? a.code === 1 : a.status >= 500
+    if (!failed || f.history.outages.some(o => o.from <= a.to && (o.to ?? Infinity) >= a.from) || f.processOf(a.pid)?.endedAt <= a.to + MARGIN) continue
     violations.push({ text: `an operator's ${a.via} ${a.action} failed at ${f.time(a.to)}: ${a.via === 'cli' ? a.output.slice(0, 400) : `${a.status} ${String(JSON.stringify(a.body ?? a.error)).slice(0, 400)}`}` })
   }
   return violations.map(v => ({ ...v, invariant: 'I13', title: "the plugin never fails the application's transaction or an operator's call" }))
