@@ -71,6 +71,8 @@ async function unsubscribe(ctx, { tenant }) {
   ctx.unsubscribed.add(tenant)
   const res = await provision(ctx, tenant, false)
   ctx.history.unsubscribes.push({ tenant, ...res })
+  // its database is gone: the checker reads it no more (I12 checks that it stays gone)
+  if (res.status >= 200 && res.status < 300) ctx.database.tenants = ctx.database.tenants.filter(t => t !== tenant)
 }
 
 module.exports = { enqueue, importRows, schedule, provision, unsubscribe, serving, CHAOS }

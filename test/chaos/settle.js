@@ -93,7 +93,7 @@ async function settle(ctx) {
   await ctx.fleet.stopAll()
   ctx.history.phase.end = now()
   // whether an unsubscribed tenant's database came back (I12), once nothing runs any more
-  final.tenantFiles = Object.fromEntries(ctx.database.tenants.filter(Boolean).map(t => [t, ctx.database.exists(t)]))
+  final.tenantFiles = Object.fromEntries((ctx.plan.variant.tenants ?? []).map(t => [t, ctx.database.exists(t)]))
   return final
 }
 

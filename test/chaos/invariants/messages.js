@@ -37,11 +37,11 @@ function I1(f) {
   for (const [wid, { message, request }] of f.asked) {
     const intent = f.intents.get(wid)
     const tenant = request.tenant
+    if (f.unsubscribed(tenant)) continue // its database is gone (I12)
     if (!intent) {
       if (request.outcome === 'committed') violations.push({ wid, text: `${wid}: the app answered ${request.status} (committed) but its transaction's rows are not in the database` })
       continue
     }
-    if (f.unsubscribed(tenant)) continue
     const effects = f.effects.get(wid) ?? []
     const left = f.rowsByWid.get(wid) ?? []
     const ids = [...f.messageIds(wid)]
@@ -77,6 +77,7 @@ function I1(f) {
 function I2(f) {
   const violations = []
   for (const [wid, { message, request }] of f.asked) {
+    if (f.unsubscribed(request.tenant)) continue
     const committed = f.intents.has(wid)
     if (committed && request.outcome === 'rolledBack') violations.push({ wid, text: `${wid}: the app rolled its transaction back (409), yet its rows were committed` })
     if (committed) continue
@@ -149,7 +150,8 @@ function I5(f) {
     const since = Math.max(-Infinity, ...revived.map(a => a.from))
     const life = runs.filter(r => r.start >= since - MARGIN)
     const started = life.length
-    const failed = life.filter(r => CHARGED.test(r.outcome ?? '')).length
+    // a failure whose outcome could not be written (process died, database away) is not charged: its lease is
+    const failed = life.filter(r => CHARGED.test(r.outcome ?? '') && !f.excuse(r.pid, r.start, r.end + 2000)).length
     if (row.attempts < failed) {
       violations.push({ wid: row.wid, ids: [row.ID], text: `${row.wid} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${revived.length ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
     }
