@@ -156,14 +156,20 @@ function plan(seed) {
   const duration = r.fork('duration').int(20, 32) * 1000
   const tenants = variant.tenants ?? [undefined]
   const context = { variant, slots, duration, tenants }
+  const big = bigPayloads(r.fork('big'), context)
+  // large payloads are the subject of their own window: no fault interrupts their enqueueing and claiming
+  const window = big.length ? [big[0].at - 1000, big[big.length - 1].at + 12_000] : [0, -1]
+  const quiet = e => !['kill', 'terminate', 'skew', 'pgRestart', 'maxAttempts'].includes(e.kind) || e.at < window[0] || e.at > window[1]
   const events = [
     ...workload(r.fork('workload'), context),
-    ...bigPayloads(r.fork('big'), context),
+    ...big,
     ...tasks(r.fork('tasks'), context),
     ...foreignRows(r.fork('foreign'), context),
     ...faults(r.fork('faults'), context),
     ...operators(r.fork('operators'), context)
-  ].sort((a, b) => a.at - b.at)
+  ]
+    .filter(quiet)
+    .sort((a, b) => a.at - b.at)
   return { seed: Number(seed), variant, slots, duration, requires: options(r.fork('options')), events }
 }
 

@@ -31,14 +31,18 @@ const HEAP_STEP = 16 * 1024 * 1024
 /** Stalls: a 100 ms timer that fires this much late. */
 const STALL = 1000
 let peak = 0
+let peakRss = 0
 let last = trueNow()
 setInterval(() => {
   const at = trueNow()
   if (at - last - 100 > STALL) record('stall', { ms: Math.round(at - last - 100), from: last })
   last = at
+  // heapUsed as sampled; maxRSS is the peak the kernel saw, also within a long synchronous stretch between samples
   const { heapUsed } = process.memoryUsage()
-  if (heapUsed > peak + HEAP_STEP) {
-    peak = heapUsed
-    record('heap', { heapUsed })
+  const maxRSS = process.resourceUsage().maxRSS * 1024
+  if (heapUsed > peak + HEAP_STEP || maxRSS > peakRss + HEAP_STEP) {
+    peak = Math.max(peak, heapUsed)
+    peakRss = Math.max(peakRss, maxRSS)
+    record('heap', { heapUsed, maxRSS })
   }
 }, 100).unref()

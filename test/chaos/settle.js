@@ -16,7 +16,7 @@ const { now } = require('./app/srv/true-clock')
  */
 
 const STALL = 60_000
-const LIMIT = 6 * 60_000
+const LIMIT = 4 * 60_000
 
 /** Whether a row is a dead letter by CAP's columns: its attempts reached its queue's maxAttempts. */
 function isDead(row, settings) {

@@ -55,7 +55,9 @@ function I1(f) {
     if (effects.length === 1) {
       if (row) violations.push({ wid, ids, text: `${wid} (${message.service}) ran and committed, yet its row is still in the table (attempts ${row.attempts}, status ${row.status})` })
       const succeeded = (f.callbacks.get(wid) ?? []).filter(c => c.kind === 'succeeded').length
-      if (succeeded > 1 || (succeeded === 0 && !waiting.length)) violations.push({ wid, ids, text: `${wid} (${message.service}) succeeded, but its #succeeded callback ran ${succeeded} times in the database` })
+      const dead = (f.callbackRows.get(wid) ?? []).filter(r => isDead(r, f.settings))
+      const state = dead.length ? `; it is a dead letter (attempts ${dead[0].attempts}, ${f.runs.has(dead[0].ID) ? 'started' : 'never started'})` : ''
+      if (succeeded > 1 || (succeeded === 0 && !waiting.length)) violations.push({ wid, ids, text: `${wid} (${message.service}) succeeded, but its #succeeded callback ran ${succeeded} times in the database${state}` })
       continue
     }
     if (row && isDead(row, f.settings)) {
