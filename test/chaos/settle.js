@@ -17,6 +17,8 @@ const { now } = require('./app/srv/true-clock')
 
 const STALL = 60_000
 const LIMIT = 4 * 60_000
+/** A fixed point: nothing open, and the table unchanged this long (retention may still delete a blocking head). */
+const STABLE = 3000
 
 /** Whether a row is a dead letter by CAP's columns: its attempts reached its queue's maxAttempts. */
 function isDead(row, settings) {
@@ -67,9 +69,9 @@ async function drain(ctx) {
     await flushAll(ctx)
     const rows = await state.rows(ctx.database)
     const open = openRows(rows, settings)
-    if (open.length === 0) return { drained: true, ms: now() - begin }
     const signature = `${fs.statSync(ctx.remoteLog).size} ${JSON.stringify(rows.map(r => [r.ID, r.attempts, r.status, r.claimedBy, r.dueAt]))}`
     if (signature !== last) [last, lastChange] = [signature, now()]
+    else if (open.length === 0 && now() - lastChange >= STABLE) return { drained: true, ms: now() - begin }
     else if (now() - lastChange > STALL || now() - begin > LIMIT) return { drained: false, ms: now() - begin, open }
     await ctx.fleet.changed(500)
   }
@@ -89,9 +91,10 @@ async function settle(ctx) {
   for (const tenant of ctx.database.tenants) {
     if (!ctx.unsubscribed.has(tenant) && proc) visible[tenant] = await deadLetters(ctx, proc, tenant)
   }
-  const final = { drained, rows: await state.rows(ctx.database), ...(await state.records(ctx.database)), visible }
   await ctx.fleet.stopAll()
   ctx.history.phase.end = now()
+  // read once nothing runs any more: the rows and the records are one state
+  const final = { drained, rows: await state.rows(ctx.database), ...(await state.records(ctx.database)), visible }
   // whether an unsubscribed tenant's database came back (I12), once nothing runs any more
   final.tenantFiles = Object.fromEntries((ctx.plan.variant.tenants ?? []).map(t => [t, ctx.database.exists(t)]))
   return final

@@ -85,4 +85,4 @@ function facts(result) {
   return f
 }
 
-module.exports = { facts, groupBy, MARGIN }
+module.exports = { facts, groupBy, isCallback, MARGIN }

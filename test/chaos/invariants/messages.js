@@ -1,5 +1,5 @@
 const { isDead, isBlocked } = require('../settle')
-const { MARGIN } = require('./facts')
+const { MARGIN, isCallback } = require('./facts')
 
 /**
  * I1 nothing committed is lost and local effects happen exactly once; I2 nothing rolled back runs; I3 remote
@@ -147,6 +147,7 @@ function I5(f) {
   for (const row of f.final.rows) {
     if (!row.wid || row.task || !f.asked.has(row.wid)) continue
     const runs = f.runs.get(row.ID) ?? []
+    const what = isCallback(row) ? `the ${row.event.split('/')[1]} callback of ${row.wid}` : row.wid
     if (runs.some(r => r.outcome === 'unrecoverable')) continue
     const revived = f.history.operator.filter(a => a.action.startsWith('revive') && f.succeeded(a) && f.covers(a, { ID: row.ID, service: f.asked.get(row.wid).message.service, tenant: row.tenant }))
     const since = Math.max(-Infinity, ...revived.map(a => a.from))
@@ -155,12 +156,12 @@ function I5(f) {
     // a failure whose outcome could not be written (process died, database away) is not charged: its lease is
     const failed = life.filter(r => CHARGED.test(r.outcome ?? '') && !f.excuse(r.pid, r.start, r.end + 2000)).length
     if (row.attempts < failed) {
-      violations.push({ wid: row.wid, ids: [row.ID], text: `${row.wid} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${revived.length ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
+      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${revived.length ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
     }
     const unseen = unseenAttempts(f, row)
     if (row.attempts > started + unseen) {
       const dead = isDead(row, f.settings) ? 'a dead letter' : 'a message'
-      violations.push({ wid: row.wid, ids: [row.ID], text: `${row.wid} (message ${row.ID}) is ${dead} charged ${row.attempts} attempts, but ${started} started${revived.length ? ' since its last revival' : ''}${unseen ? ` (+${unseen} a killed process may have lost unseen)` : ''}: ${runs.map(f.describeRun).join('; ') || 'no runs'}` })
+      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is ${dead} charged ${row.attempts} attempts, but ${started} started${revived.length ? ' since its last revival' : ''}${unseen ? ` (+${unseen} a killed process may have lost unseen)` : ''}: ${runs.map(f.describeRun).join('; ') || 'no runs'}` })
     }
   }
   return violations.map(v => ({ ...v, invariant: 'I5', title: 'an attempt is charged when it started (and only then): a dead letter started maxAttempts attempts' }))

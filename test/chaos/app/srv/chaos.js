@@ -1,5 +1,6 @@
 const cds = require('@sap/cds')
 const { now } = require('./true-clock')
+const { insert } = require('./plain-sql')
 
 const MESSAGES = 'cds.outbox.Messages'
 
@@ -29,9 +30,7 @@ async function enqueue(m) {
     // As an operator script or CAP's own runner would: the row is held by a runner since `heldAgo` ms.
     await UPDATE(MESSAGES, row.ID).with({ status: 'processing', lastAttemptTimestamp: new Date(Date.now() - m.heldAgo).toISOString() })
   }
-  await INSERT.into('chaos.Intents').entries({
-    wid: m.wid, service: m.service, orderingKey: m.orderKey, messageID: row?.ID, timestamp: row?.timestamp, pid: process.pid, at
-  })
+  await insert('chaos_Intents', { wid: m.wid, service: m.service, orderingKey: m.orderKey, messageID: row?.ID, timestamp: row?.timestamp, pid: process.pid, at })
 }
 
 /** A row as CAP's built-in queue writes it: CAP's columns only, `msg` in CAP's shape. */
@@ -57,12 +56,11 @@ module.exports = class ChaosService extends cds.ApplicationService {
     this.on('unscheduleTask', async req => (await cds.connect.to('Ticker')).unschedule(req.data.task))
     this.on('importRows', async req => {
       const start = Date.now()
-      const rows = req.data.rows.map((r, i) => foreignRow(r, start + i))
-      await INSERT.into(MESSAGES).entries(rows)
-      const at = now()
-      await INSERT.into('chaos.Intents').entries(rows.map((row, i) => ({
-        wid: req.data.rows[i].wid, service: row.target, orderingKey: req.data.rows[i].orderKey, messageID: row.ID, timestamp: row.timestamp, pid: process.pid, at
-      })))
+      for (const [i, r] of req.data.rows.entries()) {
+        const row = foreignRow(r, start + i)
+        await insert('cds_outbox_Messages', row)
+        await insert('chaos_Intents', { wid: r.wid, service: row.target, orderingKey: r.orderKey, messageID: row.ID, timestamp: row.timestamp, pid: process.pid, at: now() })
+      }
     })
     this.on('flush', () => cds.flush())
     return super.init()

@@ -1,6 +1,7 @@
 const cds = require('@sap/cds')
 const { record } = require('./remote-log')
 const { now } = require('./true-clock')
+const { insert } = require('./plain-sql')
 
 /** The longest a 'hang' waits for its signal; past it the handler gives up and says so (see the checker). */
 const HANG_LIMIT = 90_000
@@ -14,13 +15,6 @@ function pause(ms, signal) {
   })
 }
 
-/** Plain SQL in the current transaction (@cap-js/postgres 2.3's CQL INSERT can crash a process in an outage, see README). */
-function insert(table, row) {
-  const columns = Object.keys(row)
-  let n = 0
-  const marks = columns.map(() => (cds.db.kind === 'postgres' ? `$${++n}` : '?'))
-  return cds.run(`INSERT INTO ${table} (${columns.join(', ')}) VALUES (${marks.join(', ')})`, Object.values(row))
-}
 
 /**
  * A queued service standing for a remote system. `work` calls it: it logs the attempt's start and end in the remote
@@ -59,8 +53,19 @@ module.exports = class RemoteService extends cds.Service {
         record('end', { ...run, outcome })
       }
     })
+    // a callback is a queued message too: its attempts go to the remote log under `<wid>#<kind>`
     for (const kind of ['succeeded', 'failed']) {
-      this.on(`work/#${kind}`, req => insert('chaos_Callbacks', { ID: cds.utils.uuid(), wid: req.data.wid, kind, pid: process.pid, at: now() }))
+      this.on(`work/#${kind}`, async req => {
+        const run = { wid: `${req.data.wid}#${kind}`, ID: req.queue.messageId, attempt: req.queue.attempt, service: this.name, tenant: cds.context.tenant }
+        record('start', run)
+        let outcome = 'error'
+        try {
+          await insert('chaos_Callbacks', { ID: cds.utils.uuid(), wid: req.data.wid, kind, pid: process.pid, at: now() })
+          outcome = 'ok'
+        } finally {
+          record('end', { ...run, outcome })
+        }
+      })
     }
     this.on('tick', async req => {
       const { task, version, ms = 0 } = req.data
