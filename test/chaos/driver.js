@@ -58,6 +58,12 @@ async function schedule(ctx, event) {
   ctx.history.schedules.push({ kind, tenant, task, every, version, ...res })
 }
 
+/** CAP 9.9's own row of a recurring task, as the built-in queue left it before the plugin was added. */
+async function legacyTask(ctx, { tenant, task, every }) {
+  const { res } = await call(ctx, tenant, `${CHAOS}/importCapTask`, { task, every })
+  ctx.history.schedules.push({ kind: 'legacy', tenant, task, every: `${every}ms`, version: 0, ...res })
+}
+
 /** SaaS provisioning, as the subscription manager calls it. */
 async function provision(ctx, tenant, subscribe) {
   const url = `/-/cds/saas-provisioning/tenant/${tenant}`
@@ -75,4 +81,4 @@ async function unsubscribe(ctx, { tenant }) {
   if (res.status >= 200 && res.status < 300) ctx.database.tenants = ctx.database.tenants.filter(t => t !== tenant)
 }
 
-module.exports = { enqueue, importRows, schedule, provision, unsubscribe, serving, CHAOS }
+module.exports = { enqueue, importRows, schedule, legacyTask, provision, unsubscribe, serving, CHAOS }

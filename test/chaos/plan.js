@@ -20,7 +20,7 @@ function message(r, service, wid) {
   switch (service) {
     case 'Orders':
       m.fail = r.weighted([[0, 70], [1, 15], [2, 10], [6, 5]])
-      if (r.chance(0.12)) m.delay = r.int(500, 4000)
+      if (r.chance(0.2)) m.delay = r.int(1000, 6000)
       break
     case 'Ledger':
       m.fail = r.weighted([[0, 75], [1, 15], [5, 5]])
@@ -88,7 +88,9 @@ function bigPayloads(r, { tenants, duration }) {
 function tasks(r, { tenants, duration }) {
   const tenant = tenants.includes('t1') ? 't1' : undefined
   if (tenants[0] && !tenant) return []
-  const events = [{ at: r.int(0, 2000), kind: 'schedule', tenant, task: 'tickA', every: r.pick(['1s', '2s']), version: 1, ms: r.pick([0, 300]) }]
+  const events = [{ at: r.int(1000, 3000), kind: 'schedule', tenant, task: 'tickA', every: r.pick(['1s', '2s']), version: 1, ms: r.pick([0, 300]) }]
+  // an app upgraded from CAP's built-in queue: its row of the same task is there already
+  if (r.chance(0.4)) events.push({ at: 0, kind: 'legacyTask', tenant, task: 'tickA', every: 1000 })
   if (r.chance(0.6)) events.push({ at: r.int(5000, duration - 5000), kind: 'schedule', tenant, task: 'tickA', every: r.pick(['1s', '3s']), version: 2, ms: 0 })
   if (r.chance(0.5)) {
     const at = r.int(duration / 2, duration - 2000)

@@ -42,6 +42,7 @@ const DISPATCH = {
   import: driver.importRows,
   schedule: driver.schedule,
   unschedule: driver.schedule,
+  legacyTask: driver.legacyTask,
   unsubscribe: driver.unsubscribe,
   kill: faults.kill,
   terminate: faults.terminate,

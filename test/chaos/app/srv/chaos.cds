@@ -38,8 +38,10 @@ service ChaosService {
   /** Schedules (or re-schedules) a recurring task of Ticker, named `task`. */
   action scheduleTask(task : String(60), every : String(20), version : Integer, ms : Integer);
   action unscheduleTask(task : String(60)) returns Integer;
-  /** Writes rows in CAP's format with CQL, not through cds.queued. */
+  /** Writes rows in CAP's format with SQL, not through cds.queued (a bulk import, a script). */
   action importRows(rows : many ForeignRow);
+  /** Writes the row CAP 9.9's built-in queue writes for `Ticker.schedule('tick').every(every)` (before the upgrade). */
+  action importCapTask(task : String(60), every : Integer);
   /** `cds.flush()`: processes everything processable now. */
   action flush();
 }

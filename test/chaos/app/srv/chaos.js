@@ -1,8 +1,18 @@
 const cds = require('@sap/cds')
+const { createHash } = require('crypto')
 const { now } = require('./true-clock')
 const { insert } = require('./plain-sql')
 
 const MESSAGES = 'cds.outbox.Messages'
+
+/** CAP 9.9's ID of a task row: a version-4 UUID of SHA-256(`<queue>||<task>`) (@sap/cds/libx/queue). */
+function capTaskId(queue, task) {
+  const hash = createHash('sha256').update(`${queue}||${task}`).digest()
+  hash[6] = (hash[6] & 0x0f) | 0x40
+  hash[8] = (hash[8] & 0x3f) | 0x80
+  const hex = hash.toString('hex')
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`
+}
 
 /** The queue row a message of this transaction got, found by its service and workload id. */
 function rowOf(service, wid) {
@@ -61,6 +71,11 @@ module.exports = class ChaosService extends cds.ApplicationService {
         await insert('cds_outbox_Messages', row)
         await insert('chaos_Intents', { wid: r.wid, service: row.target, orderingKey: r.orderKey, messageID: row.ID, timestamp: row.timestamp, pid: process.pid, at: now() })
       }
+    })
+    this.on('importCapTask', async req => {
+      const { task, every } = req.data
+      const msg = { 'cds.internal.user': cds.context.user.id, service: 'Ticker', context: cds.context.tenant ? { tenant: cds.context.tenant } : {}, event: 'tick', data: { task, version: 0 }, queue: { task, every }, _fromSend: true }
+      await insert('cds_outbox_Messages', { ID: capTaskId('queue', task), timestamp: new Date().toISOString(), target: 'queue', msg: JSON.stringify(msg), attempts: 0, task })
     })
     this.on('flush', () => cds.flush())
     return super.init()
