@@ -68,7 +68,7 @@ function workload(r, { tenants, duration }) {
  */
 function bigPayloads(r, { tenants, duration }) {
   const tenant = tenants.includes('t1') ? 't1' : undefined
-  const kind = r.weighted([['none', 65], ['burst', 20], ['dead', 15]])
+  const kind = r.weighted([['none', 80], ['burst', 10], ['dead', 10]])
   if (kind === 'none') return []
   const count = kind === 'burst' ? 110 : 150
   const start = r.int(2000, duration / 3)
@@ -110,18 +110,28 @@ function foreignRows(r, { tenants, duration }) {
   return [{ at: r.int(1000, duration / 2), kind: 'import', rows }]
 }
 
+/**
+ * Faults, within a budget of process restarts: a start takes seconds on a loaded machine, and a process alone (SQLite)
+ * serves nothing meanwhile. A skewed clock costs two restarts (on and off), a new maxAttempts one per process.
+ */
 function faults(r, { variant, slots, duration }) {
-  const events = []
-  // one process alone (SQLite) is down while it restarts: fewer kills, shorter
   const alone = slots.length === 1
-  const kills = r.int(1, alone ? 2 : 4)
-  for (let i = 0; i < kills; i++) events.push({ at: r.int(1000, duration - 1000), kind: 'kill', slot: r.pick(slots), down: r.int(300, alone ? 1500 : 4000) })
-  for (let i = r.int(0, alone ? 1 : 2); i > 0; i--) events.push({ at: r.int(1000, duration - 1000), kind: 'terminate', slot: r.pick(slots), down: r.int(200, 2000) })
-  for (let i = r.weighted([[0, 50], [1, 35], [2, 15]]); i > 0; i--) {
-    events.push({ at: r.int(1000, duration - 3000), kind: 'skew', slot: r.pick(slots), skew: r.pick([-60_000, 60_000, 45_000]), hold: r.int(3000, 12_000) })
+  const events = []
+  const at = () => r.int(1000, duration - 3000)
+  let budget = alone ? 2 : 4
+  if (r.chance(0.3) && budget >= slots.length) {
+    events.push({ at: r.int(duration / 3, duration - 2000), kind: 'maxAttempts', value: r.int(2, 6) })
+    budget -= slots.length
   }
-  if (variant.db === 'postgres' && r.chance(0.4)) events.push({ at: r.int(3000, duration - 3000), kind: 'pgRestart', down: r.int(1000, 4000) })
-  if (r.chance(0.3)) events.push({ at: r.int(duration / 3, duration - 2000), kind: 'maxAttempts', value: r.int(2, 6) })
+  while (budget > 0) {
+    const kind = r.weighted([['kill', 5], ['terminate', 2], ['skew', budget >= 2 ? 3 : 0]])
+    const slot = r.pick(slots)
+    if (kind === 'kill') events.push({ at: at(), kind, slot, down: r.int(300, alone ? 1500 : 4000) })
+    if (kind === 'terminate') events.push({ at: at(), kind, slot, down: r.int(200, 2000) })
+    if (kind === 'skew') events.push({ at: at(), kind, slot, skew: r.pick([-60_000, 60_000, 45_000]), hold: r.int(3000, 12_000) })
+    budget -= kind === 'skew' ? 2 : 1
+  }
+  if (variant.db === 'postgres' && r.chance(0.4)) events.push({ at: at(), kind: 'pgRestart', down: r.int(1000, 4000) })
   return events
 }
 

@@ -113,22 +113,32 @@ function I14(f) {
       const [run, next] = [own[i], own[i + 1]]
       const excuse = f.excuse(run.pid, run.start, next.start)
       if (run.end === undefined || run.end > next.start + MARGIN) {
-        if (!excuse) violations.push({ pids: [run.pid, next.pid], text: `task ${task}: two runs at once: ${f.describeRun(run)}; ${f.describeRun(next)}` })
+        if (!excuse) violations.push({ kind: 'overlap', pids: [run.pid, next.pid], text: `task ${task}: two runs at once: ${f.describeRun(run)}; ${f.describeRun(next)}` })
         continue
       }
       const every = mine.find(s => s.kind === 'schedule' && s.version === run.version)?.every
       const rescheduled = mine.some(s => s.sentAt <= next.start && s.doneAt >= run.start)
       if (!every || rescheduled || excuse || run.outcome !== 'ok' || skewOf(f, run.pid)) continue
-      if (next.start < run.end + ms(every) - DUE_MARGIN) violations.push({ pids: [next.pid], text: `task ${task} (every ${every}) ran again ${(next.start - run.end) | 0} ms after its previous run ended: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
+      if (next.start < run.end + ms(every) - DUE_MARGIN) violations.push({ kind: 'early', pids: [next.pid], text: `task ${task} (every ${every}) ran again ${(next.start - run.end) | 0} ms after its previous run ended: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
     }
     for (const run of own) {
       const removed = mine.find(s => s.kind === 'unschedule' && s.doneAt + MARGIN < run.start && !mine.some(t => t.kind === 'schedule' && t.sentAt > s.doneAt && t.sentAt < run.start))
-      if (removed) violations.push({ pids: [run.pid], text: `task ${task} ran after it was unscheduled at ${f.time(removed.doneAt)}: ${f.describeRun(run)}` })
+      if (removed) violations.push({ kind: 'unscheduled', pids: [run.pid], text: `task ${task} ran after it was unscheduled at ${f.time(removed.doneAt)}: ${f.describeRun(run)}` })
       const newer = mine.find(s => s.kind === 'schedule' && s.version > run.version && s.doneAt + MARGIN < run.start)
-      if (newer) violations.push({ pids: [run.pid], text: `task ${task} ran its version ${run.version} after version ${newer.version} was scheduled at ${f.time(newer.doneAt)}: ${f.describeRun(run)}` })
+      if (newer) violations.push({ kind: 'replaced', pids: [run.pid], text: `task ${task} ran its version ${run.version} after version ${newer.version} was scheduled at ${f.time(newer.doneAt)}: ${f.describeRun(run)}` })
     }
   }
-  return violations.map(v => ({ ...v, invariant: 'I14', title: 'a recurring task runs once at a time, at its interval, and not after it was unscheduled or replaced' }))
+  // a chain that should not exist runs every second: one violation per task and kind, with the count
+  const grouped = new Map()
+  for (const v of violations) {
+    const key = `${v.text.split(':')[0]} ${v.kind}`
+    if (!grouped.has(key)) grouped.set(key, { ...v, count: 0 })
+    grouped.get(key).count++
+  }
+  return [...grouped.values()].map(v => ({
+    ...v, text: v.count > 1 ? `${v.text} (and ${v.count - 1} more runs like it)` : v.text,
+    invariant: 'I14', title: 'a recurring task runs once at a time, at its interval, and not after it was unscheduled or replaced'
+  }))
 }
 
 module.exports = { I10, I11, I13, I14 }
