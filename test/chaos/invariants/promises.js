@@ -19,6 +19,8 @@ const DUE_MARGIN = 250
 const CLAIMED_BEFORE = 2000
 
 const skewOf = (f, pid) => f.processOf(pid)?.skew ?? 0
+/** Whether process `pid` stalled between `from` and `to`: what it admitted then may start late, bunched together. */
+const stalled = (f, pid, from, to) => (f.stalls.get(pid) ?? []).some(s => s.from <= to && s.at >= from)
 
 function rateLimit(f) {
   const violations = []
@@ -28,7 +30,7 @@ function rateLimit(f) {
     const runs = [...f.runs.values()].flat().filter(r => r.service === service)
     for (const [pid, own] of groupBy(runs, r => r.pid)) {
       const starts = own.map(r => r.start).sort((a, b) => a - b)
-      const i = starts.findIndex((s, j) => starts[j + count] !== undefined && starts[j + count] - s < per - WINDOW_MARGIN)
+      const i = starts.findIndex((s, j) => starts[j + count] !== undefined && starts[j + count] - s < per - WINDOW_MARGIN && !stalled(f, pid, s - per, starts[j + count]))
       if (i >= 0) violations.push({ pids: [pid], text: `process ${pid} started ${count + 1} messages of ${service} (rateLimit ${count} per ${per} ms) within ${(starts[i + count] - starts[i]) | 0} ms, from ${f.time(starts[i])}` })
     }
   }
@@ -50,7 +52,7 @@ function breaker(f) {
         if (streak < failures) continue
         // open at run.end: nothing new may start until the probe, one probeInterval later
         const opened = run.end
-        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < opened + probeInterval - WINDOW_MARGIN)
+        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < opened + probeInterval - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
         if (early.length && !own.some(r => r.outcome === 'ok' && r.end > opened - MARGIN && r.end < opened + MARGIN)) {
           violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
           break
