@@ -66,9 +66,18 @@ class Fleet extends EventEmitter {
     Object.assign(child, { record, ending: undefined, url: undefined })
     this.current.set(slot, child)
     const out = fs.openSync(record.log, 'a')
-    const write = chunk => fs.writeSync(out, chunk)
-    child.stdout.on('data', write)
-    child.stderr.on('data', write)
+    // each line gets the true time it arrived, in seconds of the fault phase, to line it up with the history
+    const stamp = () => (this.history.phase.start ? `${((now() - this.history.phase.start) / 1000).toFixed(3)}` : 'setup')
+    const writer = () => {
+      let partial = ''
+      return chunk => {
+        const lines = (partial + chunk).split('\n')
+        partial = lines.pop()
+        if (lines.length) fs.writeSync(out, lines.map(line => `[${stamp()}] ${line}\n`).join(''))
+      }
+    }
+    child.stdout.on('data', writer())
+    child.stderr.on('data', writer())
     child.once('exit', (code, signal) => {
       Object.assign(record, { endedAt: now(), code, signal, end: child.ending ?? 'crashed' })
       fs.closeSync(out)

@@ -6,7 +6,9 @@
 const ROWS = `SELECT ID AS "ID", target AS "target", service AS "service", event AS "event", task AS "task", attempts AS "attempts",
   status AS "status", dueAt AS "dueAt", claimedBy AS "claimedBy", orderingKey AS "orderingKey", timestamp AS "timestamp",
   lastAttemptTimestamp AS "lastAttemptTimestamp", substr(msg, 1, 2000) AS "head" FROM cds_outbox_Messages`
-const CLAIMS = `SELECT ID AS "ID", claimedBy AS "claimedBy", dueAt AS "dueAt", target AS "target" FROM cds_outbox_Messages WHERE status = 'processing'`
+/** The claims, and every keyed row with its state (I4 needs to know when a keyed message was still waiting). */
+const CLAIMS = `SELECT ID AS "ID", status AS "status", claimedBy AS "claimedBy", dueAt AS "dueAt", target AS "target" FROM cds_outbox_Messages
+  WHERE status = 'processing' OR orderingKey IS NOT NULL`
 const RECORDS = {
   intents: 'SELECT wid AS "wid", service AS "service", orderingKey AS "orderingKey", messageID AS "messageID", timestamp AS "timestamp", pid AS "pid", at AS "at" FROM chaos_Intents',
   effects: 'SELECT wid AS "wid", messageID AS "messageID", attempt AS "attempt", pid AS "pid", at AS "at" FROM chaos_Effects',

@@ -43,7 +43,7 @@ function I6(f) {
   const violations = []
   const reported = new Set()
   for (const { at, claims } of f.history.claimSamples) {
-    for (const claim of claims) {
+    for (const claim of claims.filter(c => c.status === 'processing')) {
       const pid = pidOfClaim(claim.claimedBy)
       const owner = pid && f.processOf(pid)
       if (!owner || owner.endedAt === undefined || owner.endedAt > at || reported.has(`${claim.ID} ${pid}`)) continue

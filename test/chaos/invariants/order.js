@@ -25,6 +25,19 @@ function release(f, m, ordering) {
   return charged ? 0 : Math.min(success?.end ?? Infinity, last?.start ?? Infinity)
 }
 
+/**
+ * The last moment before `before` at which a sample of the table saw message `ID` waiting (not claimed): its claim
+ * came later. -Infinity if no sample did.
+ */
+function waitingAt(f, ID, before) {
+  let last = -Infinity
+  for (const { at, claims } of f.history.claimSamples) {
+    if (at >= before) break
+    if (claims.some(c => c.ID === ID && c.status !== 'processing')) last = at
+  }
+  return last
+}
+
 /** When message `m` had committed at the latest: the app's answer, or the kill that cut the request off. */
 function committedBy(f, request) {
   if (request.outcome === 'committed') return request.doneAt
@@ -55,13 +68,15 @@ function I4(f) {
       const done = release(f, earlier, ordering)
       for (const later of messages.slice(i + 1)) {
         if (later.timestamp === earlier.timestamp || !(later.firstStart < Infinity)) continue
-        if (earlier.committed + MARGIN >= later.firstStart) continue // not yet committed when the later one started
-        if (later.firstStart + MARGIN >= done) continue
+        // the later one must have been claimed after the earlier one committed: a sample saw it waiting after that
         const run = [...later.ids].flatMap(id => f.runs.get(id) ?? []).find(r => r.start === later.firstStart)
+        const waiting = waitingAt(f, run.ID, later.firstStart)
+        if (earlier.committed + MARGIN >= waiting) continue
+        if (later.firstStart + MARGIN >= done) continue
         const state = done === Infinity ? (ordering === 'block' ? 'a dead head no operator had revived or deleted' : 'not done') : `done at ${f.time(done)}`
         violations.push({
           wid: later.wid, ids: [...earlier.ids, ...later.ids], pids: [run.pid],
-          text: `key ${k.split(' ').slice(1).join(' ')} ('${ordering}'): ${later.wid} started at ${f.time(later.firstStart)} (process ${run.pid}) before ${earlier.wid}, enqueued earlier (committed by ${f.time(earlier.committed)}), was ${state}`
+          text: `key ${k.split(' ').slice(1).join(' ')} ('${ordering}'): ${later.wid} started at ${f.time(later.firstStart)} (process ${run.pid}; still waiting at ${f.time(waiting)}) before ${earlier.wid}, enqueued earlier (committed by ${f.time(earlier.committed)}), was ${state}`
         })
         break
       }
