@@ -10,8 +10,11 @@ const { now } = require('./app/srv/true-clock')
 
 const APP = path.join(__dirname, 'app')
 const CLI = path.join(__dirname, '..', '..', 'bin', 'cds-event-queues.js')
-/** A request that takes longer than this is given up and counted as cut off (its outcome is read from the database). */
-const REQUEST_TIMEOUT = 90_000
+/**
+ * A request that takes longer than this is given up and counted as cut off (its outcome is read from the database).
+ * Long: the server may still be working on it, and settling must not begin before it is done.
+ */
+const REQUEST_TIMEOUT = 300_000
 
 const basic = user => `Basic ${Buffer.from(`${user}:`).toString('base64')}`
 

@@ -1,7 +1,7 @@
 const cds = require('@sap/cds')
 const { createHash } = require('crypto')
 const { now } = require('./true-clock')
-const { insert } = require('./plain-sql')
+const { insert, insertAll } = require('./plain-sql')
 
 const MESSAGES = 'cds.outbox.Messages'
 
@@ -66,10 +66,12 @@ module.exports = class ChaosService extends cds.ApplicationService {
     this.on('unscheduleTask', async req => (await cds.connect.to('Ticker')).unschedule(req.data.task))
     this.on('importRows', async req => {
       const start = Date.now()
-      for (const [i, r] of req.data.rows.entries()) {
-        const row = foreignRow(r, start + i)
-        await insert('cds_outbox_Messages', row)
-        await insert('chaos_Intents', { wid: r.wid, service: row.target, orderingKey: r.orderKey, messageID: row.ID, timestamp: row.timestamp, pid: process.pid, at: now() })
+      const rows = req.data.rows.map((r, i) => foreignRow(r, start + i))
+      const at = now()
+      const intents = rows.map((row, i) => ({ wid: req.data.rows[i].wid, service: row.target, orderingKey: req.data.rows[i].orderKey ?? null, messageID: row.ID, timestamp: row.timestamp, pid: process.pid, at }))
+      for (let i = 0; i < rows.length; i += 100) {
+        await insertAll('cds_outbox_Messages', rows.slice(i, i + 100))
+        await insertAll('chaos_Intents', intents.slice(i, i + 100))
       }
     })
     this.on('importCapTask', async req => {

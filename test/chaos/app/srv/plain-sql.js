@@ -6,10 +6,16 @@ const cds = require('@sap/cds')
  * shutdown") — a known upstream crash the checker is not about, so the app's own writes avoid it.
  */
 function insert(table, row) {
-  const columns = Object.keys(row).filter(c => row[c] !== undefined)
-  let n = 0
-  const marks = columns.map(() => (cds.db.kind === 'postgres' ? `$${++n}` : '?'))
-  return cds.run(`INSERT INTO ${table} (${columns.join(', ')}) VALUES (${marks.join(', ')})`, columns.map(c => row[c]))
+  return insertAll(table, [row])
 }
 
-module.exports = { insert }
+/** Inserts `rows` (objects with the same keys) in one statement. */
+function insertAll(table, rows) {
+  const columns = Object.keys(rows[0]).filter(c => rows[0][c] !== undefined)
+  let n = 0
+  const mark = () => (cds.db.kind === 'postgres' ? `$${++n}` : '?')
+  const values = rows.map(() => `(${columns.map(mark).join(', ')})`).join(', ')
+  return cds.run(`INSERT INTO ${table} (${columns.join(', ')}) VALUES ${values}`, rows.flatMap(row => columns.map(c => row[c] ?? null)))
+}
+
+module.exports = { insert, insertAll }
