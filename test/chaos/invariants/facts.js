@@ -1,3 +1,4 @@
+const fs = require('fs')
 const { readRemoteLog, runsOf } = require('../history')
 const { queueSettings } = require('../queues')
 const { QUEUE_OF } = require('../variants')
@@ -23,6 +24,17 @@ const groupBy = (list, key) => {
 
 /** A `#succeeded` / `#failed` callback's row (its data is the original message's, workload id included). */
 const isCallback = row => /\/#(succeeded|failed)$/.test(row.event ?? '')
+
+/** Per process, the messages it logged it could not renew the lease of, or record the outcome of. */
+function lostLeases(history) {
+  const lost = new Map()
+  const pattern = /could not (?:renew the lease of|record the outcome of) message ([0-9a-f-]{36})/g
+  for (const p of history.processes) {
+    if (!fs.existsSync(p.log)) continue
+    lost.set(p.pid, new Set([...fs.readFileSync(p.log, 'utf8').matchAll(pattern)].map(m => m[1])))
+  }
+  return lost
+}
 
 function facts(result) {
   const { plan, history, final } = result
@@ -56,12 +68,15 @@ function facts(result) {
     const p = f.processOf(pid)
     return p && (p.end === 'killed' || p.end === 'crashed') ? p.endedAt : undefined
   }
+  f.lost = lostLeases(history)
   /**
-   * Why a process may have lost an attempt it ran from `from` to `to` without any defect: it died (kill -9, crash),
-   * the database was away (its renewals and outcome could not be written), or its event loop stalled (a lease can
-   * run out under load). Undefined: no such excuse.
+   * Why a process may have lost an attempt (of message `ID`) it ran from `from` to `to` without any defect: it died
+   * (kill -9, crash), the database was away (its renewals and outcome could not be written), its event loop stalled
+   * (a lease can run out under load), or it logged that it could not renew the lease or record the outcome (the
+   * README's "recovered when their leases expire"). Undefined: no such excuse.
    */
-  f.excuse = (pid, from, to) => {
+  f.excuse = (pid, from, to, ID) => {
+    if (ID && f.lost.get(pid)?.has(ID)) return `process ${pid} could not renew the lease of message ${ID} or record its outcome (its log)`
     const died = f.diedAt(pid)
     if (died !== undefined && died >= from - MARGIN && died <= to + MARGIN) return `its process ${pid} was killed at ${f.time(died)}`
     const outage = history.outages.find(o => o.from <= to && (o.to ?? Infinity) >= from)

@@ -105,7 +105,7 @@ function I3(f) {
     for (let i = 0; i + 1 < runs.length; i++) {
       const [run, next] = [runs[i], runs[i + 1]]
       if (run.end !== undefined && run.end <= next.start + MARGIN && FAILED.test(run.outcome)) continue
-      const excuse = f.excuse(run.pid, run.start, next.start)
+      const excuse = f.excuse(run.pid, run.start, next.start, ID)
       if (excuse) continue
       const why = run.end === undefined || run.end > next.start ? 'while it still ran' : run.outcome === 'ok' ? 'after it had succeeded' : `after it ended ${run.outcome}`
       violations.push({ wid: run.wid, ids: [ID], pids: [run.pid, next.pid], text: `${run.wid} (message ${ID}, ${run.service}) was called again ${why}, with no process dead, no outage and no stall to explain it: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
@@ -140,7 +140,7 @@ function I5(f) {
       const [run, next] = [runs[i], runs[i + 1]]
       if (!CHARGED.test(run.outcome ?? '') || next.attempt > run.attempt || revivedBetween(f, ID, run.wid, run.start, next.start)) continue
       // an outcome that could not be written (the process died, the database was away) is recovered by the lease
-      if (f.excuse(run.pid, run.start, next.start)) continue
+      if (f.excuse(run.pid, run.start, next.start, ID)) continue
       violations.push({ wid: run.wid, ids: [ID], pids: [run.pid, next.pid], text: `${run.wid} (message ${ID}): an attempt that ended ${run.outcome} was not charged — the next one is attempt ${next.attempt} again: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
     }
   }
@@ -154,7 +154,7 @@ function I5(f) {
     const life = runs.filter(r => r.start >= since - MARGIN)
     const started = life.length
     // a failure whose outcome could not be written (process died, database away) is not charged: its lease is
-    const failed = life.filter(r => CHARGED.test(r.outcome ?? '') && !f.excuse(r.pid, r.start, r.end + 2000)).length
+    const failed = life.filter(r => CHARGED.test(r.outcome ?? '') && !f.excuse(r.pid, r.start, r.end + 2000, row.ID)).length
     if (row.attempts < failed) {
       violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${revived.length ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
     }

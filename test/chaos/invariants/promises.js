@@ -37,6 +37,13 @@ function rateLimit(f) {
   return violations
 }
 
+/**
+ * A circuit breaker per process, replayed from the attempts as they ended: `failures` consecutive failed attempts
+ * (a timed-out one is a failure, issue 22) open it at the end of the last; then nothing new may start until the
+ * probe is due, one probeInterval later, except what was claimed before (CLAIMED_BEFORE). The first attempt that
+ * starts from then on is the probe: its success closes the breaker, its failure opens it again. Attempts that
+ * started before the probe was due and end later neither open nor close it.
+ */
 function breaker(f) {
   const violations = []
   for (const [service, settings] of Object.entries(f.settings)) {
@@ -46,18 +53,24 @@ function breaker(f) {
     for (const [pid, own] of groupBy(runs, r => r.pid)) {
       const ended = own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
       let streak = 0
+      let probeDue
       for (const run of ended) {
-        if (run.outcome === 'ok') streak = 0
-        else if (FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')) streak++
+        const failed = FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+        if (probeDue !== undefined) {
+          if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
+          probeDue = undefined // the probe
+          streak = failed ? failures : 0
+        } else {
+          streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
+        }
         if (streak < failures) continue
-        // open at run.end: nothing new may start until the probe, one probeInterval later
         const opened = run.end
-        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < opened + probeInterval - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
-        if (early.length && !own.some(r => r.outcome === 'ok' && r.end > opened - MARGIN && r.end < opened + MARGIN)) {
+        probeDue = opened + probeInterval
+        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
+        if (early.length) {
           violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
           break
         }
-        streak = failures - 1 // the probe: one failure opens it again
       }
     }
   }
