@@ -51,4 +51,4 @@ function cli(args, config) {
   return new Promise(resolve => child.once('exit', code => resolve({ code, output, sentAt, doneAt: now() })))
 }
 
-module.exports = { request, cli, APP }
+module.exports = { request, cli }

@@ -81,4 +81,4 @@ async function postgresDatabase(name) {
   }
 }
 
-module.exports = { sqliteDatabase, postgresDatabase, stopPostgres, postgresServer }
+module.exports = { sqliteDatabase, postgresDatabase, stopPostgres }

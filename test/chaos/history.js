@@ -28,11 +28,6 @@ class History {
   note(text) {
     this.notes.push(`${(now() - (this.phase.start ?? now())) | 0} ms: ${text}`)
   }
-
-  /** The incarnation a PID belongs to. */
-  processOf(pid) {
-    return this.processes.find(p => p.pid === pid)
-  }
 }
 
 /** The remote log's records, by type, in the order written. */

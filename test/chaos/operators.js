@@ -65,4 +65,4 @@ async function observe(ctx, { tenant }) {
   await deadLetters(ctx, proc, tenant)
 }
 
-module.exports = { operate, observe, deadLetters, OPS }
+module.exports = { operate, observe, deadLetters }

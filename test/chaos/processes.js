@@ -157,4 +157,4 @@ function killEverything() {
   for (const fleet of fleets) fleet.killAll()
 }
 
-module.exports = { Fleet, killEverything, MAX_OLD_SPACE_MB, TERM_SLACK }
+module.exports = { Fleet, killEverything, MAX_OLD_SPACE_MB }

@@ -61,4 +61,4 @@ async function records(database) {
 /** The process ID in a claim (`host:pid:random`). */
 const pidOfClaim = claimedBy => Number(claimedBy?.split(':')[1]) || undefined
 
-module.exports = { rows, claims, records, micros, pidOfClaim, tenantsOf }
+module.exports = { rows, claims, records, pidOfClaim }

@@ -10,7 +10,6 @@ const { MARGIN, isCallback } = require('./facts')
 /** Outcomes after which the queue runs the message again (or it is dead): a next attempt is no duplicate. */
 const FAILED = /^(fail|unrecoverable|error:|aborted:(HANDLER_TIMEOUT|SHUTDOWN|HANDED_BACK))/
 
-const list = items => items.slice(0, 8).join('; ') + (items.length > 8 ? `; … (${items.length} in all)` : '')
 
 /** The evidence that a message was a dead letter at `before` or earlier (an operator may delete only those). */
 function deadBefore(f, wid, ids, before) {
@@ -167,4 +166,4 @@ function I5(f) {
   return violations.map(v => ({ ...v, invariant: 'I5', title: 'an attempt is charged when it started (and only then): a dead letter started maxAttempts attempts' }))
 }
 
-module.exports = { I1, I2, I3, I5, FAILED, list }
+module.exports = { I1, I2, I3, I5, FAILED }

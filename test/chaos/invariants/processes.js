@@ -27,4 +27,4 @@ function I9(f) {
     }))
 }
 
-module.exports = { I7, I9, HEAP_BOUND }
+module.exports = { I7, I9 }
