@@ -32,21 +32,23 @@ function outcomeOf(res, rollback) {
   return res.status === 0 ? 'cut' : 'failed'
 }
 
-async function call(ctx, tenant, path, body) {
-  const proc = await serving(ctx)
+/** `patience`: how long to wait for a serving process; the scenario's own events (an import, a task) wait long. */
+async function call(ctx, tenant, path, body, patience) {
+  const proc = await serving(ctx, patience)
   if (!proc) return { proc, res: { status: -1, error: 'no process served', sentAt: now(), doneAt: now() } }
   return { proc, res: await request(proc.url + path, 'POST', driverOf(tenant), body) }
 }
 
 async function enqueue(ctx, { tenant, messages, rollback }) {
   if (ctx.unsubscribed.has(tenant)) return
-  const { proc, res } = await call(ctx, tenant, `${CHAOS}/enqueue`, { messages, rollback })
+  const large = messages.some(m => m.size > 1_000_000)
+  const { proc, res } = await call(ctx, tenant, `${CHAOS}/enqueue`, { messages, rollback }, large ? 60_000 : undefined)
   ctx.history.requests.push({ kind: 'enqueue', tenant, messages, rollback, pid: proc?.pid, ...res, outcome: outcomeOf(res, rollback) })
 }
 
 /** Rows in CAP's format, written with CQL by the app (not through cds.queued). */
 async function importRows(ctx, { rows }) {
-  const { proc, res } = await call(ctx, undefined, `${CHAOS}/importRows`, { rows })
+  const { proc, res } = await call(ctx, undefined, `${CHAOS}/importRows`, { rows }, 60_000)
   const messages = rows.map(r => ({ ...r, foreign: true }))
   ctx.history.requests.push({ kind: 'import', messages, rollback: false, pid: proc?.pid, ...res, outcome: outcomeOf(res, false) })
 }
@@ -54,13 +56,13 @@ async function importRows(ctx, { rows }) {
 async function schedule(ctx, event) {
   const { tenant, kind, task, every, version, ms } = event
   const path = kind === 'schedule' ? `${CHAOS}/scheduleTask` : `${CHAOS}/unscheduleTask`
-  const { res } = await call(ctx, tenant, path, kind === 'schedule' ? { task, every, version, ms } : { task })
+  const { res } = await call(ctx, tenant, path, kind === 'schedule' ? { task, every, version, ms } : { task }, 60_000)
   ctx.history.schedules.push({ kind, tenant, task, every, version, ...res })
 }
 
 /** CAP 9.9's own row of a recurring task, as the built-in queue left it before the plugin was added. */
 async function legacyTask(ctx, { tenant, task, every }) {
-  const { res } = await call(ctx, tenant, `${CHAOS}/importCapTask`, { task, every })
+  const { res } = await call(ctx, tenant, `${CHAOS}/importCapTask`, { task, every }, 60_000)
   ctx.history.schedules.push({ kind: 'legacy', tenant, task, every: `${every}ms`, version: 0, ...res })
 }
 
