@@ -41,14 +41,23 @@ async function request(url, method, user, body) {
   }
 }
 
+/** CLI processes still running: killed by their PID when a seed is given up. */
+const running = new Set()
+
+function killClis() {
+  for (const child of running) process.kill(child.pid, 'SIGKILL')
+}
+
 /** Runs the CLI with `args` beside the app; resolves to `{ code, output, sentAt, doneAt }`. */
 function cli(args, config) {
   const sentAt = now()
   const child = fork(CLI, args, { cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config) }, silent: true })
+  running.add(child)
+  child.once('exit', () => running.delete(child))
   let output = ''
   child.stdout.on('data', chunk => (output += chunk))
   child.stderr.on('data', chunk => (output += chunk))
   return new Promise(resolve => child.once('exit', code => resolve({ code, output, sentAt, doneAt: now() })))
 }
 
-module.exports = { request, cli }
+module.exports = { request, cli, killClis }

@@ -55,6 +55,7 @@ class Fleet extends EventEmitter {
   }
 
   async start(slot, { skew = 0, deploy = false } = {}) {
+    if (this.closed) throw new Error(`process ${slot} not started: the seed is over`)
     const config = this.configOf(slot)
     const env = { ...process.env, ...this.env, CDS_CONFIG: JSON.stringify(config), CHAOS_INSTANCE: slot, CHAOS_SKEW_MS: String(skew), CHAOS_DEPLOY: deploy ? 'yes' : 'no' }
     const child = fork(SCRIPT, [], { env, silent: true, execArgv: [`--max-old-space-size=${MAX_OLD_SPACE_MB}`, '--require', PRELOAD] })

@@ -16,6 +16,7 @@ const { users } = require('./variants')
 const { merged, ms } = require('./queues')
 const { requires: APP } = require('./app/package.json').cds
 const { waitingForOtherWriters } = require('../../lib/cap/database-options')
+const { killClis } = require('./client')
 const { now } = require('./app/srv/true-clock')
 
 /**
@@ -25,6 +26,11 @@ const { now } = require('./app/srv/true-clock')
 
 const GRACE = ms(APP.queue.shutdownGrace)
 const SAMPLE_EVERY = 1000
+/**
+ * A seed that has not settled by then is given up: its processes are killed and it fails. Settling itself gives up
+ * after 4 min (settle.js); this covers requests and CLI runs that a thrashing system answers only after minutes.
+ */
+const SEED_LIMIT = 12 * 60_000
 
 /** CDS_CONFIG of the app processes (and of the CLI beside them). */
 function configOf(ctx) {
@@ -112,18 +118,29 @@ async function runSeed(seed) {
   ctx.configOf = () => configOf(ctx)
   ctx.fleet = new Fleet({ dir, env: { CHAOS_LOG: remoteLog }, configOf: ctx.configOf, grace: GRACE, history })
   let stopSampling
+  let timer
+  const limit = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      ctx.fleet.killAll()
+      killClis()
+      reject(new Error(`seed ${seed} did not settle within ${SEED_LIMIT / 60_000} min; its processes were killed (logs in ${dir})`))
+    }, SEED_LIMIT)
+  })
   try {
-    await setup(ctx)
+    await Promise.race([setup(ctx), limit])
     stopSampling = sampleClaims(ctx)
-    await faultPhase(ctx)
-    const final = await settle(ctx)
+    await Promise.race([faultPhase(ctx), limit])
+    const final = await Promise.race([settle(ctx), limit])
     const result = { seed, plan, history, final, dir, remoteLog, maxAttempts: ctx.maxAttempts }
     // kept with the logs of a failing seed: CHAOS_RECHECK=<folder> checks it again without running it
     fs.writeFileSync(path.join(dir, 'result.json'), JSON.stringify(result))
     return result
   } finally {
+    clearTimeout(timer)
+    ctx.stopping = true
     await stopSampling?.()
     ctx.fleet.killAll()
+    killClis()
   }
 }
 
