@@ -126,11 +126,13 @@ async function runSeed(seed) {
       reject(new Error(`seed ${seed} did not settle within ${SEED_LIMIT / 60_000} min; its processes were killed (logs in ${dir})`))
     }, SEED_LIMIT)
   })
+  // what loses the race against the limit ends in failures of its own, which nobody awaits any more
+  const within = work => Promise.race([work.catch(e => (ctx.stopping ? new Promise(() => {}) : Promise.reject(e))), limit])
   try {
-    await Promise.race([setup(ctx), limit])
+    await within(setup(ctx))
     stopSampling = sampleClaims(ctx)
-    await Promise.race([faultPhase(ctx), limit])
-    const final = await Promise.race([settle(ctx), limit])
+    await within(faultPhase(ctx))
+    const final = await within(settle(ctx))
     const result = { seed, plan, history, final, dir, remoteLog, maxAttempts: ctx.maxAttempts }
     // kept with the logs of a failing seed: CHAOS_RECHECK=<folder> checks it again without running it
     fs.writeFileSync(path.join(dir, 'result.json'), JSON.stringify(result))
