@@ -9,13 +9,25 @@ const { MARGIN, isCallback } = require('./facts')
 
 /** Outcomes after which the queue runs the message again (or it is dead): a next attempt is no duplicate. */
 const FAILED = /^(fail|unrecoverable|error:|aborted:(HANDLER_TIMEOUT|SHUTDOWN|HANDED_BACK))/
+/** Outcomes the README charges an attempt for: a failure, and an attempt cut off by handlerTimeout. */
+const CHARGED = /^(fail|error:|aborted:HANDLER_TIMEOUT)/
 
 
-/** The evidence that a message was a dead letter at `before` or earlier (an operator may delete only those). */
+/**
+ * The evidence that a message was a dead letter at `before` or earlier (an operator may delete only those): its
+ * #failed callback, an operator listing it as dead, an unrecoverable failure, or enough attempts that may have been
+ * charged (failed, timed out, cut off by a kill) to reach the lowest maxAttempts its queue had — a lowered maxAttempts
+ * makes a dead letter without a #failed callback.
+ */
 function deadBefore(f, wid, ids, before) {
   if ((f.callbacks.get(wid) ?? []).some(c => c.kind === 'failed' && c.at <= before + MARGIN)) return true
   if (f.history.observations.some(o => o.kind === 'dead' && o.at <= before + MARGIN && o.ids?.some(id => ids.has(id)))) return true
-  return [...ids].flatMap(id => f.runs.get(id) ?? []).some(r => r.outcome === 'unrecoverable' && r.end <= before + MARGIN)
+  const runs = [...ids].flatMap(id => f.runs.get(id) ?? []).filter(r => r.start <= before + MARGIN)
+  if (runs.some(r => r.outcome === 'unrecoverable')) return true
+  const charged = runs.filter(r => r.end === undefined || CHARGED.test(r.outcome)).length + f.history.kills.filter(k => k.held === null || [...ids].some(id => k.held.includes(id))).length
+  const service = f.asked.get(wid)?.message.service
+  const lowest = service === 'Ledger' ? f.settingsOf('Ledger').maxAttempts : Math.min(...f.maxAttemptsSeen)
+  return charged >= lowest
 }
 
 /** How a committed message that left no effect and no row went: deleted by an operator or by retention, or lost. */
@@ -128,9 +140,6 @@ function revivedBetween(f, ID, wid, from, to) {
   const service = f.asked.get(wid)?.message.service
   return f.history.operator.some(a => a.action.startsWith('revive') && f.succeeded(a) && a.to >= from - MARGIN && a.from <= to + MARGIN && f.covers(a, { ID, service, tenant: f.tenantOf(wid) }))
 }
-
-/** Outcomes the README charges an attempt for: a failure, and an attempt cut off by handlerTimeout. */
-const CHARGED = /^(fail|error:|aborted:HANDLER_TIMEOUT)/
 
 function I5(f) {
   const violations = []
