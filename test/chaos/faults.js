@@ -23,10 +23,14 @@ async function othersServing(ctx, slot, patience = 30_000) {
   return true
 }
 
-/** Runs `fn` after whatever else is being done to `slot`. */
-function withSlot(ctx, slot, fn) {
+/**
+ * Runs `fn` after whatever else is being done to `slot`. A fault whose turn comes only after the fault phase ended
+ * is dropped (`fault: true`): faults do not spill into settling.
+ */
+function withSlot(ctx, slot, fn, { fault = true } = {}) {
   const previous = ctx.slotLocks.get(slot) ?? Promise.resolve()
-  const next = previous.then(fn, fn)
+  const run = () => (fault && ctx.stopping ? undefined : fn())
+  const next = previous.then(run, run)
   ctx.slotLocks.set(slot, next.catch(() => {}))
   return next
 }

@@ -44,7 +44,7 @@ async function everySlotUp(ctx) {
   await Promise.all(ctx.plan.slots.map(slot => withSlot(ctx, slot, async () => {
     if (ctx.fleet.current.get(slot)?.record.skew) await ctx.fleet.terminate(slot)
     if (!ctx.fleet.current.get(slot)) await startSlot(ctx, slot)
-  })))
+  }, { fault: false })))
 }
 
 async function unscheduleTasks(ctx) {
