@@ -11,6 +11,7 @@ const { now } = require('./app/srv/true-clock')
  */
 
 const SCRIPT = path.join(__dirname, 'process.js')
+const DEPLOY = path.join(__dirname, 'deploy.js')
 const PRELOAD = path.join(__dirname, 'preload.js')
 /** The heap every process gets: the figure of issue 22's defect 1. */
 const MAX_OLD_SPACE_MB = 512
@@ -54,10 +55,19 @@ class Fleet extends EventEmitter {
     return [...this.current.values()].filter(p => p.url && p.exitCode === null && !p.ending)
   }
 
-  async start(slot, { skew = 0, deploy = false } = {}) {
+  /** `cds deploy` of the app to the seed's database, in a process of its own (test/chaos/deploy.js). */
+  deploy() {
+    const child = fork(DEPLOY, [], { env: { ...process.env, CDS_CONFIG: JSON.stringify(this.configOf()) }, silent: true })
+    let output = ''
+    child.stdout.on('data', chunk => (output += chunk))
+    child.stderr.on('data', chunk => (output += chunk))
+    return new Promise((resolve, reject) => child.once('exit', code => (code === 0 ? resolve() : reject(new Error(`cds deploy failed (${code}):\n${output}`)))))
+  }
+
+  async start(slot, { skew = 0 } = {}) {
     if (this.closed) throw new Error(`process ${slot} not started: the seed is over`)
     const config = this.configOf(slot)
-    const env = { ...process.env, ...this.env, CDS_CONFIG: JSON.stringify(config), CHAOS_INSTANCE: slot, CHAOS_SKEW_MS: String(skew), CHAOS_DEPLOY: deploy ? 'yes' : 'no' }
+    const env = { ...process.env, ...this.env, CDS_CONFIG: JSON.stringify(config), CHAOS_INSTANCE: slot, CHAOS_SKEW_MS: String(skew) }
     const child = fork(SCRIPT, [], { env, silent: true, execArgv: [`--max-old-space-size=${MAX_OLD_SPACE_MB}`, '--require', PRELOAD] })
     const record = {
       slot, pid: child.pid, skew, maxAttempts: config.requires.queue.maxAttempts, startedAt: now(),

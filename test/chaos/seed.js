@@ -60,10 +60,10 @@ const DISPATCH = {
 }
 
 async function setup(ctx) {
-  const [first, ...others] = ctx.plan.slots
-  const deployed = await ctx.fleet.start(first, { deploy: !ctx.plan.variant.tenants })
-  if (!deployed) throw new Error(`the first process did not start; see ${ctx.history.processes[0].log}`)
-  await Promise.all(others.map(slot => ctx.fleet.start(slot)))
+  // multitenant: MTX deploys its own tenant at start and each tenant at subscription
+  if (!ctx.plan.variant.tenants) await ctx.fleet.deploy()
+  const started = await Promise.all(ctx.plan.slots.map(slot => ctx.fleet.start(slot)))
+  if (started.some(p => !p)) throw new Error(`an app process did not start; see ${ctx.history.processes.map(p => p.log).join(', ')}`)
   for (const tenant of ctx.plan.variant.tenants ?? []) {
     const res = await driver.provision(ctx, tenant, true)
     if (res.status >= 300 || res.status <= 0) throw new Error(`subscribing ${tenant} failed: ${res.status} ${JSON.stringify(res.body ?? res.error)}`)
