@@ -87,11 +87,15 @@ export async function pause(appid: string | undefined, queue: string, by: string
   return controlOf({ ...row, pausedAt: iso(now), pausedBy: by })
 }
 
-/** Lifts a pause of `queue` and closes its circuit breaker; its controls before. */
-export async function resume(appid: string | undefined, queue: string): Promise<QueueControl> {
+/**
+ * Lifts a pause of `queue` and closes its circuit breaker, recorded as a change `by` an operator at `now` (so every
+ * instance takes it over, see CircuitBreaker.adopt); its controls before and after.
+ */
+export async function resume(appid: string | undefined, queue: string, by: string, now: number): Promise<{ before: QueueControl; after: QueueControl }> {
   const row = await locked(appid, queue, COLUMNS)
-  await UPDATE(CONTROLS).set({ pausedAt: null, pausedBy: null, breaker: null, breakerUntil: null, breakerBy: null, breakerAt: null }).where(key(appid, queue))
-  return controlOf(row)
+  const after = { queue, pausedAt: null, pausedBy: null, breaker: null, breakerUntil: null, breakerBy: by, breakerAt: iso(now) }
+  await UPDATE(CONTROLS).set(after).where(key(appid, queue))
+  return { before: controlOf(row), after: controlOf(after) }
 }
 
 /** Records a change of `queue`'s circuit breaker made by instance `by` (see runner/breaker.ts). */

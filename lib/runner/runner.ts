@@ -10,6 +10,7 @@ import { storeFor, usesPortableStore } from '../store/choose'
 import { dialectFor } from '../store/dialect'
 import { inOwnTransaction } from '../store'
 import { QueueControls } from '../controls/queue-controls'
+import { announce } from '../controls/operator'
 import { watchBatchConnections } from './batch-connections'
 import { Gates } from './gates'
 import { Holdings } from './holdings'
@@ -73,8 +74,7 @@ export class Runner {
 
   /** Tells the other instances that a queue's control row changed, on commit of the current transaction. */
   async announce(): Promise<void> {
-    const signal = this.store.listenStatement ? dialectFor(cds.db.kind).wakeUp?.controls.signal : undefined
-    if (signal) await cds.db.run(signal)
+    if (this.store.listenStatement) await announce(cds.db)
   }
 
   /** The store needs the database, known only once `cds.db` is connected (see store/choose.ts). */

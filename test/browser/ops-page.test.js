@@ -224,6 +224,32 @@ describe('the ops page in headless Chromium', () => {
     }
   })
 
+  test('Pause asks first, then holds the queue in every instance, shown as paused by the operator; Resume runs its messages', async () => {
+    const accept = dialog => dialog.accept()
+    page.on('dialog', accept)
+    // clicked inside the page: the table is rendered anew every few seconds, a node found before may be gone by the click
+    const click = action => page.$eval(`#queues tr[data-queue="slowQueue"] button[data-control="${action}"]`, button => button.click())
+    const state = () => page.$eval('#queues tr[data-queue="slowQueue"] [data-field="state"]', e => e.textContent)
+    try {
+      await click('pause')
+      await page.waitForFunction(() => document.getElementById('status').textContent === 'Paused slowQueue: its messages wait until it is resumed.')
+      expect(await state()).toMatch(/^Paused by ops since /)
+      expect(await page.$eval('#queues tr[data-queue="slowQueue"] [data-field="relayLag"]', e => e.textContent)).toMatch(/\(paused\)$/)
+      const waiting = await enqueue(named, 'ping', { n: 6 })
+      await cds.flush()
+      expect(calls).not.toContain('ping 6')
+      expect(await row(waiting)).toMatchObject({ attempts: 0, status: null })
+
+      await click('resume')
+      await page.waitForFunction(() => document.getElementById('status').textContent === 'Resumed slowQueue: its messages run again.')
+      await waitFor(async () => !(await row(waiting)), { what: 'the resumed queue to run its message' })
+      expect(calls).toContain('ping 6')
+      expect(await state()).toBe('Running')
+    } finally {
+      page.off('dialog', accept)
+    }
+  })
+
   test('users without the operator role get 403 in the browser, anonymous requests a login (401), as from the operator service', async () => {
     // A context each: a browser context keeps the credentials it once sent.
     const asClerk = await chromium.browser.createBrowserContext()
