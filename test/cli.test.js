@@ -74,7 +74,7 @@ describe('the cds-event-queues CLI', () => {
     const table = await runCli(['status'])
     expect(table).toMatchObject({ code: 0, stderr: '' })
     const lines = table.stdout.trim().split('\n')
-    expect(lines[0].split(/\s{2,}/)).toEqual(['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE'])
+    expect(lines[0].split(/\s{2,}/)).toEqual(['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE', 'STATE'])
     expect(lines.slice(1).map(l => l.split(/\s+/))).toEqual([
       ['queue', 'Target', 'explode', '0', '0', '1', '0s'],
       ['slowQueue', 'NamedQueue', 'ping', '0', '0', '1', '0s']
