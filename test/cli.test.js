@@ -286,10 +286,12 @@ describe('the project the CLI runs in', () => {
 
 describe('the CLI refuses bad input with exit code 2, and a failing database with 1', () => {
   test.each([
-    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, help.'],
+    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, pause, resume, help.'],
     [['purge'], 'Invalid option --older-than of cds-event-queues purge: undefined. Expected a duration such as \'30d\''],
     [['purge', '--older-than', 'soon'], 'Invalid --older-than: "soon". Expected a number of milliseconds >= 0'],
     [['revive'], 'Invalid arguments of cds-event-queues revive: "none". Expected message IDs, or --all'],
+    [['pause'], 'Invalid arguments of cds-event-queues pause: "none". Expected the name of one queue'],
+    [['resume', 'a', 'b'], 'Invalid arguments of cds-event-queues resume: "a b". Expected the name of one queue'],
     [['revive', '--queue', 'q'], 'Invalid arguments of cds-event-queues revive: "filters without --all".'],
     [['dead', '--limit', 'ten'], 'Invalid --limit: "ten". Expected an integer >= 0.'],
     [['status', '--queue', 'q'], 'Invalid option of cds-event-queues status: "--queue". Expected one of --json, --max-lag, --max-dead, --profile, --help.']

@@ -56,13 +56,18 @@ function controlOf(row: Row): QueueControl {
 const key = (appid: string | undefined, queue: string) => ({ appid: appid ?? '', queue })
 
 /**
- * The row of `queue`, created if missing, locked by the current transaction until it ends: first a write (an INSERT
- * that finds the row does nothing), so SQLite takes its write lock before anything is read and another process's
- * commit cannot make this transaction's later write fail; then PostgreSQL's (and HANA's) row lock.
+ * The row of `queue`, created if missing, locked by the current transaction until it ends, then read: an UPDATE that
+ * changes nothing takes the row's lock on every database (and SQLite's write lock, before anything is read, so another
+ * process's commit cannot make this transaction's later write fail), and the read that follows sees what the
+ * transaction that held the lock before committed. A row created by two transactions at once is created once.
  */
 async function locked(appid: string | undefined, queue: string, columns: string[]): Promise<Row> {
-  await UPSERT.into(CONTROLS).entries(key(appid, queue))
-  return (await SELECT.one.from(CONTROLS).columns(...columns).where(key(appid, queue)).forUpdate()) as Row
+  const lock = async () => (await UPDATE(CONTROLS).with({ rateWindow: { ref: ['rateWindow'] } }).where(key(appid, queue))) as unknown as number
+  if (!(await lock())) {
+    await UPSERT.into(CONTROLS).entries(key(appid, queue))
+    await lock()
+  }
+  return (await SELECT.one.from(CONTROLS).columns(...columns).where(key(appid, queue))) as Row
 }
 
 /** The controls of this app's queues (only those with a row: every other queue runs freely). */
@@ -71,10 +76,13 @@ export async function readControls(appid: string | undefined): Promise<QueueCont
   return rows.map(controlOf)
 }
 
-/** Up to `wanted` starts of `queue` from its shared window, at `now`. */
-export async function takeStarts(appid: string | undefined, queue: string, limit: RateLimitSettings, wanted: number, now: number): Promise<Taken> {
+/**
+ * Up to `wanted` starts of `queue` from its shared window, counted at the time the row is locked: the messages start
+ * right after this transaction, however long the lock took to get.
+ */
+export async function takeStarts(appid: string | undefined, queue: string, limit: RateLimitSettings, wanted: number): Promise<Taken> {
   const row = await locked(appid, queue, ['rateWindow'])
-  const taken = take(row?.rateWindow as string | undefined, limit, wanted, now)
+  const taken = take(row?.rateWindow as string | undefined, limit, wanted, Date.now())
   if (taken.granted > 0) await UPDATE(CONTROLS).set({ rateWindow: taken.window }).where(key(appid, queue))
   return taken
 }

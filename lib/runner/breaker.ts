@@ -48,11 +48,6 @@ export class CircuitBreaker {
     return this.allowance(now) > 0 || this.probeRunning ? undefined : this.probeAt
   }
 
-  /** Until when it is open (epoch ms), for operators; undefined unless open. */
-  get openUntil(): number | undefined {
-    return this.state === 'open' ? this.probeAt : undefined
-  }
-
   settled(outcome: Outcome, now: number): void {
     if (outcome.kind === 'succeeded') return this.succeeded(now)
     if (outcome.kind === 'retry' || outcome.kind === 'dead' || outcome.kind === 'abandoned') return this.failed(now)

@@ -56,7 +56,7 @@ export class Gates {
     const key = JSON.stringify([tenant, queue.name])
     let limit = this.limits.get(key)
     if (!limit) {
-      const take = (wanted: number, now: number) => this.host.inTenant(tenant, () => takeStarts(this.host.appid, queue.name, settings, wanted, now))
+      const take = (wanted: number) => this.host.inTenant(tenant, () => takeStarts(this.host.appid, queue.name, settings, wanted))
       this.limits.set(key, (limit = new RateLimit(take)))
     }
     return limit
@@ -69,11 +69,6 @@ export class Gates {
     if (!breaker) this.breakers.set(key, (breaker = new CircuitBreaker(queue.name, queue.circuitBreaker, change => this.share(tenant, queue.name, change))))
     breaker.adopt(this.host.controls.control(tenant, queue.name)?.breaker, now)
     return breaker
-  }
-
-  /** The breaker of `queue` in `tenant` as this process holds it (undefined: the queue has none). */
-  breaker(tenant: Tenant, queue: QueueSettings, now = Date.now()): CircuitBreaker | undefined {
-    return this.breakerOf(tenant, queue, now)
   }
 
   /** Messages of `queue` that may start now as far as this process knows (Infinity: nothing holds it back). */
@@ -108,7 +103,7 @@ export class Gates {
     const limit = this.limitOf(tenant, queue)
     if (!limit || allowed === 0) return allowed
     try {
-      return await limit.take(allowed, now)
+      return await limit.take(allowed)
     } catch (e) {
       LOG.warn(`queue ${queue.name}: could not take starts from its rate limit's window; it waits ${WINDOW_RETRY} ms:`, e)
       limit.unknownFor(WINDOW_RETRY, now)

@@ -8,7 +8,7 @@ import type { Taken } from '../controls/rate-window'
 export class RateLimit {
   private fullUntil = 0
 
-  constructor(private readonly takeShared: (wanted: number, now: number) => Promise<Taken>) {}
+  constructor(private readonly takeShared: (wanted: number) => Promise<Taken>) {}
 
   /** Messages that may start now, as far as this process knows: none while the window is known to be full. */
   allowance(now: number): number {
@@ -21,8 +21,8 @@ export class RateLimit {
   }
 
   /** Takes up to `wanted` starts from the shared window; how many it got. */
-  async take(wanted: number, now: number): Promise<number> {
-    const { granted, opensAt } = await this.takeShared(wanted, now)
+  async take(wanted: number): Promise<number> {
+    const { granted, opensAt } = await this.takeShared(wanted)
     if (opensAt !== undefined) this.fullUntil = opensAt
     return granted
   }
