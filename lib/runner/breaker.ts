@@ -20,7 +20,12 @@ export class CircuitBreaker {
   private failures = 0
   private probeAt = 0
   private probeRunning = false
-  /** When this process last changed the state, or took over a change (epoch ms): older shared changes are stale. */
+  /**
+   * The shared states lately taken over or written here: a row that says one of them brings no news — also when a
+   * read that began before this process's last write returns the row as it was before it.
+   */
+  private readonly seen: string[] = []
+  /** When this process last changed the state (epoch ms), so that its changes are recorded in order. */
   private changedAt = 0
 
   constructor(
@@ -56,13 +61,14 @@ export class CircuitBreaker {
   }
 
   /**
-   * Takes over what the queue's control row says, if someone else changed it after this process last did: another
-   * instance opened or closed the breaker, or an operator resumed the queue. A probe running elsewhere keeps this
-   * process waiting for one more interval; if its outcome does not arrive by then (its instance died), this one probes.
+   * Takes over what the queue's control row says, if it changed since this process last took over or wrote it (the
+   * caller does not ask while a change of this process is still being written): another instance opened or closed
+   * the breaker, or an operator resumed the queue. Changes are told apart by what they say, not by their times, so
+   * clocks that disagree cannot hide one. A probe running elsewhere keeps this process waiting for one more interval;
+   * if its outcome does not arrive by then (its instance died), this one probes.
    */
   adopt(shared: SharedBreaker | undefined, now: number): void {
-    if (!shared?.at || shared.at <= this.changedAt) return
-    this.changedAt = shared.at
+    if (!shared?.at || !this.remember(signature(shared))) return
     const by = shared.by ? ` by ${shared.by}` : ''
     if (shared.state === 'closed') {
       const wasOpen = this.state !== 'closed'
@@ -100,8 +106,26 @@ export class CircuitBreaker {
     LOG.warn(`queue ${this.queue}: circuit breaker open after ${why}; the queue pauses, one message runs as a probe every ${this.settings.probeInterval} ms`)
   }
 
+  /** A change of this process is in the row now (`shared`, as written): it is no news when read back. */
+  written(shared: SharedBreaker): void {
+    this.remember(signature(shared))
+  }
+
+  /** Whether `state` is news, remembering it; a few are enough, a stale read returns one of the last. */
+  private remember(state: string): boolean {
+    if (this.seen.includes(state)) return false
+    this.seen.push(state)
+    if (this.seen.length > SEEN) this.seen.shift()
+    return true
+  }
+
   private changed(now: number, change: Pick<SharedBreaker, 'state' | 'until'>): void {
     this.changedAt = Math.max(now, this.changedAt + 1)
     this.share({ ...change, by: undefined, at: this.changedAt })
   }
 }
+
+/** How many shared states a breaker remembers as seen. */
+const SEEN = 8
+
+const signature = (shared: SharedBreaker) => JSON.stringify([shared.state, shared.until, shared.by, shared.at])

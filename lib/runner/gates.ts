@@ -35,6 +35,8 @@ export class Gates {
   private readonly breakers = new Map<string, CircuitBreaker>()
   /** The last write of each breaker's changes: they are written one after another, so the row ends with the latest. */
   private readonly writes = new Map<string, Promise<void>>()
+  /** Changes of each breaker still being written: until they are, the row may still say what it said before. */
+  private readonly writing = new Map<string, number>()
   private timer: NodeJS.Timeout | undefined
   private timerAt = Infinity
 
@@ -66,8 +68,11 @@ export class Gates {
     if (!queue.circuitBreaker) return undefined
     const key = JSON.stringify([tenant, queue.name])
     let breaker = this.breakers.get(key)
-    if (!breaker) this.breakers.set(key, (breaker = new CircuitBreaker(queue.name, queue.circuitBreaker, change => this.share(tenant, queue.name, change))))
-    breaker.adopt(this.host.controls.control(tenant, queue.name)?.breaker, now)
+    if (!breaker) {
+      const created: CircuitBreaker = new CircuitBreaker(queue.name, queue.circuitBreaker, change => this.share(tenant, created, queue.name, change))
+      this.breakers.set(key, (breaker = created))
+    }
+    if (!this.writing.get(key)) breaker.adopt(this.host.controls.control(tenant, queue.name)?.breaker, now)
     return breaker
   }
 
@@ -124,17 +129,22 @@ export class Gates {
    * Writes a change of this process's breaker into the queue's control row and tells the other instances. If the
    * database is away, the breaker still holds in this process.
    */
-  private share(tenant: Tenant, queue: string, change: SharedBreaker): void {
+  private share(tenant: Tenant, breaker: CircuitBreaker, queue: string, change: SharedBreaker): void {
     const shared = { ...change, by: this.host.owner }
     const known = this.host.controls.control(tenant, queue)
     this.host.controls.apply(tenant, { queue, pausedAt: known?.pausedAt, pausedBy: known?.pausedBy, breaker: shared })
     const key = JSON.stringify([tenant, queue])
+    this.writing.set(key, (this.writing.get(key) ?? 0) + 1)
     const write = (this.writes.get(key) ?? Promise.resolve())
       .then(() => this.host.inTenant(tenant, async () => {
         await writeBreaker(this.host.appid, queue, shared)
         await this.host.announce()
       }))
       .catch(e => LOG.warn(`queue ${queue}: could not share its circuit breaker's change with other instances; it holds in this one:`, e))
+      .finally(() => {
+        breaker.written(shared)
+        this.writing.set(key, (this.writing.get(key) ?? 1) - 1)
+      })
     this.writes.set(key, write)
   }
 
