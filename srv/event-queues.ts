@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { beforeDisconnect } from '../lib/cap/lifecycle'
 import { keepMethodBeside, requireRoles } from '../lib/cap/services'
-import { LagHistory } from '../lib/ops/lag-history'
+import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
 import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
@@ -34,19 +34,33 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
   return filter
 }
 
+/**
+ * `lagHistory()` of the caller's tenant. A single tenant app samples its one database in the background, as the
+ * privileged system outside any request: the history must exist before anyone looks at it. A multitenant app keeps a
+ * history per tenant, each counted in that tenant's database and sampled when that tenant's operators ask
+ * (`TenantLagHistories`): one history would show every tenant's operator the others' queues and figures.
+ */
+function lagHistoryOf(queries: OperatorQueries, interval: number, multitenant: boolean): (tenant: string | undefined) => Promise<LagSample[]> {
+  if (multitenant) {
+    const counted = (tenant: string | undefined, at: number) =>
+      cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
+    const histories = new TenantLagHistories(counted, interval)
+    if (cds.db) beforeDisconnect(cds.db, () => histories.stop())
+    return tenant => histories.history(tenant)
+  }
+  const history = new LagHistory(at => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>, interval)
+  cds.once('served', () => history.start())
+  if (cds.db) beforeDisconnect(cds.db, () => history.stop())
+  return () => history.history()
+}
+
 /** Operations on the event queue: dead letters (CAP's recipe, plus bulk actions), pending messages, statistics. */
 export default class EventQueuesService extends cds.ApplicationService {
   override async init(): Promise<void> {
     const { settings, runner } = eventQueues()
     const queries = new OperatorQueries(settings.queues, settings.appid, settings.runner.store)
     requireRoles(this, settings.operatorRoles)
-    // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
-    const sample = (at: number) => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
-    const history = new LagHistory(sample, settings.lagSampleInterval)
-    // A multitenant app's provider database has no queue table, and a history across tenants would show one
-    // tenant's operator the others' figures: there the page shows no history (README, Multitenancy).
-    if (!runner.tenants.multitenant) cds.once('served', () => history.start())
-    if (cds.db) beforeDisconnect(cds.db, () => history.stop())
+    const lagHistory = lagHistoryOf(queries, settings.lagSampleInterval, runner.tenants.multitenant)
 
     /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
     const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake(req.tenant))
@@ -120,7 +134,7 @@ export default class EventQueuesService extends cds.ApplicationService {
     this.on('resume', (req: Request) => control(req, async (queue, by) => (await queries.resume(queue, by)).after))
 
     this.on('statistics', () => queries.statistics())
-    this.on('lagHistory', () => history.history())
+    this.on('lagHistory', (req: Request) => lagHistory(req.tenant))
 
     await super.init()
   }

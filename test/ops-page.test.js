@@ -153,6 +153,26 @@ describe('the lag history', () => {
     expect(calls).toBe(1)
   })
 
+  test('per tenant (a multitenant app): each tenant has its own history, sampled when asked, and is forgotten after an hour unasked', async () => {
+    const { TenantLagHistories } = require('../lib/ops/lag-history')
+    let now = Date.parse('2026-01-01T10:00:00Z')
+    const counted = []
+    const histories = new TenantLagHistories(async (tenant, at) => {
+      counted.push(tenant)
+      return [{ queue: `queue-of-${tenant}`, pending: 1, processing: 0, dead: 0, relayLag: (at - Date.parse('2026-01-01T10:00:00Z')) / 1000 }]
+    }, 1000, () => now)
+    expect((await histories.history('t1')).map(s => s.queue)).toEqual(['queue-of-t1'])
+    expect((await histories.history('t2')).map(s => s.queue)).toEqual(['queue-of-t2'])
+    now += 1000
+    expect((await histories.history('t1')).map(s => [s.queue, s.relayLag])).toEqual([['queue-of-t1', 0], ['queue-of-t1', 1]])
+    expect(counted).toEqual(['t1', 't2', 't1'])
+    // t2 unasked for more than the window: its samples are gone with it; t1 keeps those of the last hour
+    now += HISTORY_WINDOW
+    expect((await histories.history('t2')).map(s => s.relayLag)).toEqual([3601])
+    await histories.stop()
+    expect(await histories.history('t1')).toEqual([])
+  })
+
   test('a sample the database refuses costs that point only', async () => {
     let failing = true
     const history = new LagHistory(async () => {

@@ -104,6 +104,42 @@ export class LagHistory {
   }
 }
 
+/**
+ * The lag histories of a multitenant app: one per tenant, each counted in that tenant's database, so an operator sees
+ * the queues and figures of their own tenant only (one shared history would show every tenant the samples another
+ * tenant's operator caused). Sampled when asked: each `history(tenant)` adds a sample of that tenant, so the chart has
+ * points while the page is open; a timer per tenant would query every tenant's database for good once an operator had
+ * looked. A tenant not asked about for the history's window is forgotten, with its samples.
+ */
+export class TenantLagHistories {
+  private readonly byTenant = new Map<string | undefined, { history: LagHistory; askedAt: number }>()
+  private stopped = false
+
+  constructor(
+    /** Counts the queues of `tenant` as of `at` (epoch ms). */
+    private readonly count: (tenant: string | undefined, at: number) => Promise<QueueCounts[]>,
+    private readonly interval: number,
+    private readonly now: () => number = Date.now
+  ) {}
+
+  /** The samples of the last hour of `tenant`, with a fresh one at the end. */
+  history(tenant: string | undefined): Promise<LagSample[]> {
+    if (this.stopped) return Promise.resolve([])
+    const now = this.now()
+    for (const [known, { askedAt }] of this.byTenant) if (now - askedAt > HISTORY_WINDOW) this.byTenant.delete(known)
+    const entry = this.byTenant.get(tenant) ?? { history: new LagHistory(at => this.count(tenant, at), this.interval, this.now), askedAt: now }
+    entry.askedAt = now
+    this.byTenant.set(tenant, entry)
+    return entry.history.history()
+  }
+
+  /** No more samples; resolves once those in progress are done (see `LagHistory.stop`). */
+  async stop(): Promise<void> {
+    this.stopped = true
+    await Promise.all([...this.byTenant.values()].map(({ history }) => history.stop()))
+  }
+}
+
 /** Statistics are per queue, service and event; the chart shows queues: counts add up, the lag is the largest. */
 function perQueue(counts: QueueCounts[], at: string, seen: Set<string>): LagSample[] {
   const queues = new Map<string, LagSample>()

@@ -1,7 +1,10 @@
 import cds from '@sap/cds'
+import { markRelayed } from '../cap/messaging'
 import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
+import { beforeBegin, transactionOfContext } from '../cap/transactions'
 import { processing } from '../telemetry/spans'
+import { throwIfTenantGone } from './lease'
 
 /**
  * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
@@ -26,7 +29,10 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
 
 export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
   const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
-  return message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  const event = message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  // A broker adapter of CAP then fails at once while disconnected, and the queue retries, instead of holding it.
+  markRelayed(event)
+  return event
 }
 
 export function contextFor(message: DecodedMessage): Record<string, unknown> {
@@ -56,7 +62,9 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
- * and `inTx` runs in the same transaction after the handlers, with their result.
+ * and `inTx` runs in the same transaction after the handlers, with their result. Once the message's tenant is
+ * unsubscribed (its signal says so), the transaction's database part does not begin: neither the handlers' statements
+ * nor the completion open the tenant's database again.
  */
 export async function dispatchInTx(
   message: DecodedMessage,
@@ -65,7 +73,10 @@ export async function dispatchInTx(
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
+    const db = runtime && transactionOfContext()
+    if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))
     const result = await tx.dispatch(eventFor(message, runtime))
+    if (runtime) throwIfTenantGone(runtime.signal)
     await inTx(srv as unknown as cds.Service, result)
   })
 }

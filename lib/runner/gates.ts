@@ -140,7 +140,10 @@ export class Gates {
         await writeBreaker(this.host.appid, queue, shared)
         await this.host.announce()
       }))
-      .catch(e => LOG.warn(`queue ${queue}: could not share its circuit breaker's change with other instances; it holds in this one:`, e))
+      .catch(e => {
+        // the tenant was unsubscribed (its handlers abandoned): its database is not opened again, nothing to share
+        if ((e as { code?: string }).code !== 'TENANT_UNSUBSCRIBED') LOG.warn(`queue ${queue}: could not share its circuit breaker's change with other instances; it holds in this one:`, e)
+      })
       .finally(() => {
         breaker.written(shared)
         this.writing.set(key, (this.writing.get(key) ?? 1) - 1)

@@ -5,7 +5,7 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import type { Tenant, Tenants } from '../tenants/tenants'
 import type { AttemptResult } from './attempt'
 import type { Gates } from './gates'
-import { AttemptAborted, type Lease } from './lease'
+import { AttemptAborted, tenantGone, type Lease } from './lease'
 import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
 import { Slots, type SlotCounts } from './slots'
@@ -14,6 +14,8 @@ import { LOG } from '../log'
 /** What the holdings need of the runner: where outcomes are written, who hears of them, and its wake-up. */
 export interface HoldingsHost {
   readonly store: QueueStore
+  /** Which tenants were unsubscribed in this process: nothing is written in their databases any more. */
+  readonly tenants: Tenants
   readonly gates: Gates
   readonly monitor: Monitor
   wake(...tenants: Tenant[]): void
@@ -172,9 +174,11 @@ export class Holdings {
 
   /**
    * Rows that will not run here after all go back unstarted, due again at their claim time: those of a queue whose
-   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now.
+   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now. Not in a
+   * tenant that was unsubscribed meanwhile: its database is gone.
    */
   async handBack(rows: MessageRow[], claimedBy: string): Promise<void> {
+    if (this.host.tenants.gone(cds.context?.tenant)) return
     try {
       await inOwnTransaction(() => this.host.store.release(rows.map(row => ({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }))))
     } catch (e) {
@@ -211,8 +215,8 @@ export class Holdings {
    * release is guarded by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no
    * longer ours).
    */
-  async handBackRunning(tenants: Tenants, grace: number): Promise<void> {
-    const leases = [...this.held].map(({ lease }) => lease)
+  async handBackRunning(grace: number): Promise<void> {
+    const leases = [...this.held].map(({ lease }) => lease).filter(l => !tenantGone(l.signal))
     const running = leases.filter(l => l.started)
     const waiting = leases.filter(l => !l.started && !l.signal.aborted)
     if (running.length + waiting.length === 0) return
@@ -222,7 +226,7 @@ export class Holdings {
     try {
       let [fromRunning, fromWaiting] = [0, 0]
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
-        await tenants.run(tenant, () =>
+        await this.host.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
             fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
             fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
@@ -237,6 +241,16 @@ export class Holdings {
     } catch (e) {
       LOG.error(`could not hand back ${running.length + waiting.length} messages at shutdown; they are taken over when their leases expire:`, e)
     }
+  }
+
+  /**
+   * A tenant is being unsubscribed: its running handlers' signals abort (UNSUBSCRIBED) and their slots stop waiting
+   * for them; nothing of their attempts is written — no outcome, renewal, hand-back or completion (see `tenantGone`).
+   */
+  abandonTenant(tenant: string): void {
+    const leases = [...this.held].map(({ lease }) => lease).filter(l => l.tenant === tenant)
+    if (leases.length) LOG.info(`tenant ${tenant} is unsubscribed: abandoning ${leases.length} of its messages in this process, without writing in its database`)
+    for (const lease of leases) lease.abandon(new AttemptAborted(`Message ${lease.claim.ID}: its tenant ${tenant} was unsubscribed`, 'UNSUBSCRIBED'))
   }
 
   /** Marks `held` as ended; false if it had ended already (a message of a slot ends once). */

@@ -121,6 +121,7 @@ export class Loop {
         this.again = false
         const round = tenants.round(Date.now())
         for (const tenant of round) {
+          if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
           await this.host.gates.refresh(tenant)
@@ -154,6 +155,7 @@ export class Loop {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
+        if (tenants.gone(tenant)) continue
         this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
@@ -167,7 +169,8 @@ export class Loop {
         }
         tenants.claimed(tenant, rows.length)
         this.lastClaimSucceededAt = Date.now()
-        if (rows.length === 0) continue
+        // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
+        if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
         await tenants.run(tenant, () => this.distribute(tenant, rows))
         more.push(tenant)
@@ -264,7 +267,7 @@ export class Loop {
     const looked = [...this.looked]
     this.looked.clear()
     for (const [tenant, since] of looked) {
-      if (tenants.failedIn(tenant)) continue // its database is down: its backoff plans the next look
+      if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
       // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
       const shut = this.host.gates.shut(tenant, this.host.queues.all())
       try {

@@ -54,7 +54,8 @@ export class Runner {
     const { concurrency, batchSize } = settings.runner
     this.queues = settings.queues
     const t0 = metaTenant()
-    this.tenants = new Tenants(t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval), settings.runner.pollInterval)
+    const register = t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval)
+    this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.holdings.abandonTenant(tenant))
     this.holdings = new Holdings(concurrency, batchSize, this)
     this.loop = new Loop(this, settings.runner)
     this.controls = new QueueControls(settings.appid, settings.runner.pollInterval, {
@@ -178,7 +179,7 @@ export class Runner {
     await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
-    await this.holdings.handBackRunning(this.tenants, this.settings.runner.shutdownGrace)
+    await this.holdings.handBackRunning(this.settings.runner.shutdownGrace)
     await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()

@@ -6,7 +6,7 @@ import { attempt, type AttemptResult } from './attempt'
 import { attemptBatch, type BatchEntry } from './batch'
 import type { Held, Holdings } from './holdings'
 import { enqueueLease } from './reservations'
-import { Lease, Renewals } from './lease'
+import { Lease, Renewals, tenantGone } from './lease'
 import { failed } from './outcomes'
 import { LOG } from '../log'
 
@@ -48,6 +48,8 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     // A slow or stuck handler holds up its own message only: the rest of its batch is due again at once elsewhere.
     if (entries.length > 1) handBack = setTimeout(() => void holdings.handBackUnstarted(slot, 'its slot is busy with a slow handler'), SLOT_TIME)
     const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
+    // the tenant was unsubscribed (its slot's messages share it): nothing of the attempts is written in its database
+    if (entries.some(e => tenantGone(e.lease.signal))) return
     if (!results) return await holdings.abandon(slot)
     for (const [i, held] of entries.entries()) await holdings.settle(slot, held, results[i])
   } catch (e) {
