@@ -90,14 +90,17 @@ describe('rateLimit across instances', () => {
       const [A] = state.instances
       const enqueued = Date.now()
       await post(A, '/enqueue', { from: 0, count: 18, event: 'call' })
-      await waitFor(() => state.remote.calls.length >= 18, { timeout: 120000, interval: 100, what: '18 calls of the remote system' })
+      // A started message may fail after its call (its transaction got no pooled connection in time on a loaded
+      // machine) and call again on its retry, a start of its own from the window: at least once, never one attempt twice.
+      const called = () => new Set(state.remote.calls.map(c => c.n)).size
+      await waitFor(() => called() >= 18, { timeout: 120000, interval: 100, what: '18 messages calling the remote system' })
       // the ninth pair of starts comes 8 periods after the first at the earliest, whoever takes them; calls only later
       const last = Math.max(...state.remote.calls.map(c => c.at))
       expect(last - enqueued).toBeGreaterThanOrEqual(8 * PER)
-      expect(new Set(state.remote.calls.map(c => c.n)).size).toBe(18)
+      expect(new Set(state.remote.calls.map(c => `${c.n}/${c.attempt}`)).size).toBe(state.remote.calls.length)
       const { sliding, fixed } = perWindow(state.remote.calls, PER)
       const by = ['A', 'B', 'C'].map(name => `${name}=${state.remote.calls.filter(c => c.instance === name).length}`)
-      console.log(`count 2 per ${PER} ms, 3 instances: at most ${sliding} calls within any ${PER} ms at the remote system, ${fixed} in a fixed window; calls per instance ${by.join(', ')}`)
+      console.log(`count 2 per ${PER} ms, 3 instances: at most ${sliding} calls within any ${PER} ms at the remote system, ${fixed} in a fixed window; calls per instance ${by.join(', ')}; retries ${state.remote.calls.length - 18}`)
     }, 180000)
   })
 })

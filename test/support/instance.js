@@ -44,7 +44,7 @@ cds.on('served', async () => {
   })
   // A remote system's client (REMOTE_URL, a server of the test on 127.0.0.1): one POST per attempt, saying who calls
   srv.on('call', async req => {
-    const body = JSON.stringify({ n: req.data.n, instance: process.env.INSTANCE })
+    const body = JSON.stringify({ n: req.data.n, attempt: req.queue.attempt, instance: process.env.INSTANCE })
     const res = await fetch(process.env.REMOTE_URL, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
     if (!res.ok) throw new Error(`the remote system answered ${res.status}`)
   })
