@@ -117,6 +117,10 @@ export interface QueueSnapshot {
   dead: number
   /** Seconds the queue's oldest due message had been waiting. */
   relayLag: number
+  /** An operator paused the queue (its lag is expected). */
+  paused?: boolean
+  /** Its circuit breaker's state; null or undefined: it has none. */
+  breaker?: 'closed' | 'open' | 'probing' | null
 }
 
 /**

@@ -74,7 +74,7 @@ describe('the cds-event-queues CLI', () => {
     const table = await runCli(['status'])
     expect(table).toMatchObject({ code: 0, stderr: '' })
     const lines = table.stdout.trim().split('\n')
-    expect(lines[0].split(/\s{2,}/)).toEqual(['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE'])
+    expect(lines[0].split(/\s{2,}/)).toEqual(['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE', 'STATE'])
     expect(lines.slice(1).map(l => l.split(/\s+/))).toEqual([
       ['queue', 'Target', 'explode', '0', '0', '1', '0s'],
       ['slowQueue', 'NamedQueue', 'ping', '0', '0', '1', '0s']
@@ -318,10 +318,12 @@ describe('the project the CLI runs in', () => {
 
 describe('the CLI refuses bad input with exit code 2, and a failing database with 1', () => {
   test.each([
-    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, help.'],
+    [['frobnicate'], 'Invalid command: "frobnicate". Expected one of status, pending, dead, revive, delete, purge, pause, resume, help.'],
     [['purge'], 'Invalid option --older-than of cds-event-queues purge: undefined. Expected a duration such as \'30d\''],
     [['purge', '--older-than', 'soon'], 'Invalid --older-than: "soon". Expected a number of milliseconds >= 0'],
     [['revive'], 'Invalid arguments of cds-event-queues revive: "none". Expected message IDs, or --all'],
+    [['pause'], 'Invalid arguments of cds-event-queues pause: "none". Expected the name of one queue'],
+    [['resume', 'a', 'b'], 'Invalid arguments of cds-event-queues resume: "a b". Expected the name of one queue'],
     [['revive', '--queue', 'q'], 'Invalid arguments of cds-event-queues revive: "filters without --all".'],
     [['dead', '--limit', 'ten'], 'Invalid --limit: "ten". Expected an integer >= 0.'],
     [['status', '--queue', 'q'], 'Invalid option of cds-event-queues status: "--queue". Expected one of --json, --max-lag, --max-dead, --profile, --tenant, --help.']

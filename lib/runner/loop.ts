@@ -129,6 +129,7 @@ export class Loop {
           if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
+          await this.host.gates.refresh(tenant)
         }
         await this.claimWhileFree(round)
       } while (this.again && !this.host.stopping)
@@ -165,7 +166,7 @@ export class Loop {
         const { limit, bytes, full } = slots.claimBounds(this.limits.chunkSize, share)
         // the slots hold `maxClaimBytes` already: a finishing slot wakes the loop again
         if (bytes === 0) return
-        const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
+        const skip = [...full, ...this.host.gates.shut(tenant, this.host.queues.all())]
         let rows: MessageRow[]
         try {
           rows = await tenants.run(tenant, () => this.claim(limit, bytes, skip))
@@ -178,7 +179,7 @@ export class Loop {
         // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
         if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
-        await tenants.run(tenant, () => this.distribute(rows))
+        await tenants.run(tenant, () => this.distribute(tenant, rows))
         more.push(tenant)
       }
       active = more
@@ -187,21 +188,24 @@ export class Loop {
 
   /**
    * Starts the claimed rows in free slots, spread over them: a batch only when there are more messages than slots,
-   * and never for a gated queue (rate limit, circuit breaker), whose starts are counted one handler call each. Rows
-   * that do not fit go back unstarted (a queue whose limit a claim overshot: its first rows in this process, nothing
-   * bounded the claim yet; what its gate does not let start now), and so does everything not started if starting fails.
+   * and never for a gated queue (paused, rate limit, circuit breaker), whose starts are counted one handler call each
+   * and admitted by its gates first. Rows that do not fit go back unstarted (a queue whose limit a claim overshot: its
+   * first rows in this process, nothing bounded the claim yet; what its gate does not let start now), and so does
+   * everything not started if starting fails.
    */
-  private async distribute(rows: MessageRow[]): Promise<void> {
+  private async distribute(tenant: Tenant, rows: MessageRow[]): Promise<void> {
     const { holdings, queues, gates } = this.host
     const { slots } = holdings
     const started = new Set<MessageRow>()
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
         const queue = queues.forTarget(target)
-        let allowed = gates.allowance(queue)
+        const gated = gates.gated(tenant, queue)
+        const perSlot = gated ? 1 : this.limits.batchSize
+        let allowed = gated ? await gates.admit(tenant, queue, Math.min(claimed.length, slots.freeFor(queue) * perSlot)) : Infinity
         const start = (batch: MessageRow[]) => {
           this.host.run(queue, batch)
-          gates.started(queue, batch.length)
+          gates.started(tenant, queue)
           allowed -= batch.length
           for (const row of batch) started.add(row)
         }
@@ -211,7 +215,6 @@ export class Loop {
           start([row])
         }
         const free = slots.freeFor(queue)
-        const perSlot = gates.gated(queue) ? 1 : this.limits.batchSize
         const ready = claimed.filter(r => r.interrupted === 0).slice(0, Math.min(free * perSlot, allowed))
         const size = Math.ceil(ready.length / Math.min(free, ready.length))
         for (let i = 0; i < ready.length; i += size) start(ready.slice(i, i + size))
@@ -293,10 +296,10 @@ export class Loop {
     if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
     const looked = [...this.looked]
     this.looked.clear()
-    // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
-    const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
       if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
+      // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
+      const shut = this.host.gates.shut(tenant, this.host.queues.all())
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)

@@ -66,7 +66,7 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.gates.gated(queue) || !host.holdings.reserve(queue, message.ID)) return false
+  if (!host.running || host.gates.gated(cds.context?.tenant, queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = clock.now()
   try {

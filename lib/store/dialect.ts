@@ -52,6 +52,8 @@ export interface WakeUp {
   readonly signal: string
   /** Run once on a dedicated connection to receive the signals. */
   readonly listen: string
+  /** Run in a transaction that changed a queue's control row (a pause, a breaker): listeners read the rows again. */
+  readonly controls: { signal: string; payload: string }
 }
 
 /**

@@ -6,6 +6,8 @@ const KEY_LOCK_SPACE = 0x0e0e
 
 /** The channel enqueuers notify and runners listen on. */
 const WAKE_CHANNEL = 'cds_event_queues'
+/** The payload of a notification that a queue's control row changed (see controls/queue-controls.ts). */
+const CONTROLS_PAYLOAD = 'controls'
 
 export const postgres: Dialect = {
   prepare: sql => {
@@ -22,7 +24,8 @@ export const postgres: Dialect = {
   // A constant payload: PostgreSQL folds identical notifications of one transaction into one.
   wakeUp: {
     signal: `SELECT pg_notify('${WAKE_CHANNEL}', '')`,
-    listen: `LISTEN ${WAKE_CHANNEL}`
+    listen: `LISTEN ${WAKE_CHANNEL}`,
+    controls: { signal: `SELECT pg_notify('${WAKE_CHANNEL}', '${CONTROLS_PAYLOAD}')`, payload: CONTROLS_PAYLOAD }
   },
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.

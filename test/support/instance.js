@@ -6,7 +6,8 @@
  * Fault suites shape the handler through the environment: HANDLER_MS (it waits this long before writing; it stops
  * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
  * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call),
- * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile).
+ * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile),
+ * REMOTE_URL (where the `call` handler sends its request).
  */
 const fs = require('fs')
 const path = require('path')
@@ -40,6 +41,12 @@ cds.on('served', async () => {
     const slow = SLOW_EVERY && req.data.n % Number(SLOW_EVERY) === 0
     await pause(Number(slow ? SLOW_MS : HANDLER_MS), req.queue.signal)
     await insertRecord('handled', req.queue.messageId, process.env.INSTANCE)
+  })
+  // A remote system's client (REMOTE_URL, a server of the test on 127.0.0.1): one POST per attempt, saying who calls
+  srv.on('call', async req => {
+    const body = JSON.stringify({ n: req.data.n, attempt: req.queue.attempt, instance: process.env.INSTANCE })
+    const res = await fetch(process.env.REMOTE_URL, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    if (!res.ok) throw new Error(`the remote system answered ${res.status}`)
   })
   // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which sequence number of which key,
   // from when to when (epoch ms with microseconds, comparable across processes on one machine).
