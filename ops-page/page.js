@@ -324,11 +324,25 @@ function selectedQueue() {
 /** @param {string} value */
 const literal = value => `'${value.replace(/'/g, "''")}'`
 
-let loading = false
+/** @type {Promise<void> | undefined} */
+let loading
+/** @type {Promise<void> | undefined} */
+let queued
 
-async function refresh() {
-  if (loading) return
-  loading = true
+/**
+ * Reads and renders everything. One read at a time; asked while one runs, it reads once more after it (the running
+ * one may have read before the change that asks, e.g. an operator's pause), so what it returns is never older.
+ * @returns {Promise<void>}
+ */
+function refresh() {
+  if (!loading) return (loading = load().finally(() => (loading = undefined)))
+  return (queued ??= loading.then(() => {
+    queued = undefined
+    return refresh()
+  }))
+}
+
+async function load() {
   try {
     const queue = selectedQueue()
     const filter = queue ? `&$filter=target eq ${encodeURIComponent(literal(queue))}` : ''
@@ -347,8 +361,6 @@ async function refresh() {
     document.body.dataset.loaded = String(Date.now())
   } catch (e) {
     say(e instanceof Error ? e.message : String(e), true)
-  } finally {
-    loading = false
   }
 }
 
@@ -356,14 +368,18 @@ async function refresh() {
 async function act(action) {
   const buttons = /** @type {NodeListOf<HTMLButtonElement>} */ (document.querySelectorAll('button'))
   buttons.forEach(b => (b.disabled = true))
+  let text = ''
+  let failed = false
   try {
-    say(await action())
+    text = await action()
   } catch (e) {
-    say(e instanceof Error ? e.message : String(e), true)
-  } finally {
-    buttons.forEach(b => (b.disabled = false))
-    await refresh()
+    text = e instanceof Error ? e.message : String(e)
+    failed = true
   }
+  buttons.forEach(b => (b.disabled = false))
+  // what the action says is shown with the tables as they are after it, not beside the ones from before
+  await refresh()
+  say(text, failed)
 }
 
 /** @param {'revive' | 'delete'} action @param {string} ID */
