@@ -76,7 +76,9 @@ describe('ordering and concurrency', () => {
         }
       })
     }
-    await waitFor(() => Object.values(runs.seen).flat().length === KEYS * PER_KEY, { timeout: 60000, what: 'all messages' })
+    // The portable store checks each candidate's key in its claim: this backlog took 55 s there on the loaded 2-core
+    // machine (20 s on the native store), so the bound only guards against a hang.
+    await waitFor(() => Object.values(runs.seen).flat().length === KEYS * PER_KEY, { timeout: 240000, what: 'all messages' })
     const expected = Array.from({ length: PER_KEY }, (_, i) => i)
     expect(Object.keys(runs.seen)).toHaveLength(KEYS)
     for (const seqs of Object.values(runs.seen)) expect(seqs).toEqual(expected)
@@ -84,7 +86,7 @@ describe('ordering and concurrency', () => {
     expect(runs.maxConcurrent).toBeGreaterThan(1) // different keys did run side by side
     // the last handlers' transactions (with the deletion of their rows) commit just after they ran
     await waitFor(async () => (await messages()).length === 0, { what: 'an empty queue' })
-  }, 90000)
+  }, 300000)
 
   test('a failing message holds back the later messages of its key until it succeeds', async () => {
     const seen = []
