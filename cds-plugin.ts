@@ -1,5 +1,6 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
+import { warnIfQueuedDatabase } from './lib/api/queued'
 import { registerTarballBuild } from './lib/build/tarball'
 import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
@@ -41,6 +42,7 @@ else {
   })
   cds.on('connect', srv => {
     if (!isDatabaseService(srv)) return
+    warnIfQueuedDatabase(srv)
     survivePoolErrors(srv)
     plugin.runner.connected(srv)
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
