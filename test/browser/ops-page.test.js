@@ -224,6 +224,22 @@ describe('the ops page in headless Chromium', () => {
     }
   })
 
+  test('opened with the credentials in its URL (http://ops:ops@host/event-queues/), it loads its data like any other way in', async () => {
+    // A context of its own: no credentials given to the browser but those in the URL.
+    const context = await chromium.browser.createBrowserContext()
+    try {
+      const tab = await context.newPage()
+      const res = await tab.goto(`${url.replace('://', '://ops:ops@')}/event-queues/`, { waitUntil: 'load' })
+      expect(res.status()).toBe(200)
+      // loaded, or an error said on the page: whichever comes first
+      await tab.waitForFunction(() => document.body.dataset.loaded || !document.getElementById('status').hidden, { timeout: 20000 })
+      expect(await tab.$eval('#status', e => (e.hidden ? '' : e.textContent))).toBe('')
+      expect(Object.keys(await queuesOnPage(tab)).sort()).toEqual(Object.keys(await queuesOnPage(page)).sort())
+    } finally {
+      await context.close()
+    }
+  })
+
   test('users without the operator role get 403 in the browser, anonymous requests a login (401), as from the operator service', async () => {
     // A context each: a browser context keeps the credentials it once sent.
     const asClerk = await chromium.browser.createBrowserContext()
