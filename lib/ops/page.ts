@@ -3,6 +3,7 @@ import { readFileSync } from 'fs'
 import { join } from 'path'
 import type { Application, NextFunction, Request, RequestHandler, Response } from 'express'
 import { routeMiddlewares } from '../cap/middlewares'
+import { LOG } from '../log'
 
 /**
  * The ops page: three static files served at `/event-queues/` to the operator roles only. The page itself holds no
@@ -61,4 +62,9 @@ export function mountOpsPage(app: Application, roles: string[]): void {
   }
   const { before, after } = routeMiddlewares()
   app.use(PAGE_PATH, ...before, requireOperator(roles), serveFile(contents), ...after)
+}
+
+/** One info line once the app listens: where the page is, and who may open it (a new user finds it from the log). */
+export function announceOpsPage(url: string, roles: string[]): void {
+  LOG.info(`ops page: ${url}${PAGE_PATH}/ (users with role ${roles.join(' or ')})`)
 }
