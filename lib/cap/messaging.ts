@@ -58,9 +58,3 @@ export async function deliverInbound(srv: cds.MessagingService, tenant: string |
 export function markRelayed(event: object): void {
   ;(event as { _fromOutbox?: boolean })._fromOutbox = true
 }
-
-/** `cds.MessagingService` typed with what cds-types leaves out and CAP documents: `srv.options`, `srv.handle(msg)`. */
-export const MessagingService = cds.MessagingService as unknown as new (name?: string, model?: unknown, options?: object) => cds.MessagingService & {
-  options: Record<string, unknown>
-  handle(msg: object): Promise<unknown>
-}
