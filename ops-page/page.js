@@ -104,7 +104,9 @@ async function fetchCsrfToken() {
 
 /** @param {string} path */
 async function read(path) {
-  const res = await fetch(API + path, { headers: { accept: 'application/json' }, credentials: 'same-origin' })
+  // the header keeps these periodic reads out of the app's request log (lib/ops/page.ts)
+  const headers = { accept: 'application/json', 'x-event-queues-page': 'read' }
+  const res = await fetch(API + path, { headers, credentials: 'same-origin' })
   if (!res.ok) throw await failure(res)
   return res.json()
 }
