@@ -1,12 +1,13 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
+import { warnIfQueuedDatabase } from './lib/api/queued'
 import { registerTarballBuild } from './lib/build/tarball'
 import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { waitingForOtherWriters } from './lib/cap/database-options'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
-import { mountOpsPage } from './lib/ops/page'
+import { announceOpsPage, mountOpsPage } from './lib/ops/page'
 import { activate, queueObservations } from './lib/plugin'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
 import { observeQueues } from './lib/telemetry/metrics'
@@ -31,7 +32,10 @@ else {
   if (cds.env.requires) queueMessagingImpls(cds.env.requires)
 
   // The ops page comes with the operator service and is restricted like it.
-  if (cds.env.requires?.[OPERATOR_ENTRY]) cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
+  if (cds.env.requires?.[OPERATOR_ENTRY]) {
+    cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
+    cds.on('listening', ({ url }: { url: string }) => announceOpsPage(url, plugin.settings.operatorRoles))
+  }
   // Once the app has started: a start that failed in one of the app's 'served' handlers must end the process.
   onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
@@ -44,6 +48,7 @@ else {
   })
   cds.on('connect', srv => {
     if (!isDatabaseService(srv)) return
+    warnIfQueuedDatabase(srv)
     survivePoolErrors(srv)
     plugin.runner.connected(srv)
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need

@@ -172,8 +172,11 @@ const QUEUE_KEYS = [
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
 const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'maxClaimBytes', 'batchSize', 'statisticsInterval', 'store']
-/** CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner. */
-const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl', 'storeLastError']
+/**
+ * CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner.
+ * (CAP's `storeLastError` is a queue option here too: in QUEUE_KEYS.)
+ */
+const CAP_KEYS = ['kind', 'model', 'parallel', 'ignoredContext', 'impl']
 /** The keys of the options that are objects, canonicalised like the options themselves. */
 const NESTED_KEYS: Record<string, string[] | undefined> = {
   backoff: ['base', 'factor', 'max', 'jitter'],

@@ -6,8 +6,15 @@
  * no CDN can be reached.
  */
 
-/** Relative, so the page also works behind an approuter route that prefixes every path. */
-const API = '../odata/v4/event-queues/'
+/**
+ * Relative to the page, so it also works behind an approuter route that prefixes every path; resolved without the
+ * page address's credentials part: a page opened as http://user:@host/… may not fetch a URL that includes one.
+ */
+const API = (() => {
+  const url = new URL('../odata/v4/event-queues/', location.href)
+  url.username = url.password = ''
+  return url.href
+})()
 const ACTIONS = 'EventQueuesService'
 const REFRESH_MS = 5000
 const HOUR_MS = 60 * 60 * 1000
@@ -99,7 +106,9 @@ async function fetchCsrfToken() {
 
 /** @param {string} path */
 async function read(path) {
-  const res = await fetch(API + path, { headers: { accept: 'application/json' }, credentials: 'same-origin' })
+  // the header keeps these periodic reads out of the app's request log (lib/ops/page.ts)
+  const headers = { accept: 'application/json', 'x-event-queues-page': 'read' }
+  const res = await fetch(API + path, { headers, credentials: 'same-origin' })
   if (!res.ok) throw await failure(res)
   return res.json()
 }

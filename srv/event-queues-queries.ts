@@ -37,6 +37,13 @@ export interface MessageState {
   dead: boolean
 }
 
+/** Why an operator's action on a message is refused: there is no such message (404). */
+export const noSuchMessage = (ID: string): string => `There is no queued message with ID ${ID}.`
+
+/** Why an operator's action on a message is refused: it is no dead letter (409). */
+export const notDeadLetter = ({ ID, attempts }: MessageState): string =>
+  `Message ${ID} is not a dead letter: it has ${attempts} attempt${attempts === 1 ? '' : 's'} and is still retried or processed.`
+
 /**
  * A dead letter as an operator lists it: what failed, where, and why. Its stored message is read on its own
  * (`OperatorQueries.message`): a list of thousands of messages of megabytes each would not fit the heap.
@@ -137,6 +144,12 @@ export class OperatorQueries {
     if (!row) return undefined
     const attempts = Number(row.attempts ?? 0)
     return { ID: row.ID, target: row.target, attempts, dead: isDeadLetter(attempts, this.queues.forTarget(row.target)) }
+  }
+
+  /** The queues an operator can name: those the configuration defines, and the targets of this app's rows. */
+  async queueNames(): Promise<string[]> {
+    const rows = (await SELECT.distinct.from(MESSAGES).columns('target').where(this.own)) as { target: string }[]
+    return [...new Set([...this.queues.all().map(queue => queue.name), ...rows.map(row => row.target)])].sort()
   }
 
   /**

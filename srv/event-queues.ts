@@ -5,7 +5,7 @@ import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { describeRows, messagesPerPage, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { describeRows, messagesPerPage, noSuchMessage, notDeadLetter, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
 import { clock } from '../lib/time/clock'
 import { controlFields, UnknownQueue } from '../lib/controls/operator'
 import type { QueueControl } from '../lib/controls/table'
@@ -71,10 +71,8 @@ export default class EventQueuesService extends cds.ApplicationService {
     const deadLetter = async (req: Request): Promise<string | undefined> => {
       const ID = boundID(req)
       const state = await queries.messageState(ID)
-      if (!state) return void req.reject(404, `There is no queued message with ID ${ID}.`)
-      if (!state.dead) {
-        return void req.reject(409, `Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.`)
-      }
+      if (!state) return void req.reject(404, noSuchMessage(ID))
+      if (!state.dead) return void req.reject(409, notDeadLetter(state))
       return ID
     }
 

@@ -257,6 +257,28 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('request log (lib/cap/request-log.ts)', () => {
+    test("the OData adapter logs each request with cds.log('odata').info, read at the request; a level change keeps the filter", async () => {
+      const { leaveOutOfRequestLog } = require('../lib/cap/request-log')
+      leaveOutOfRequestLog('odata', () => cds.context?.http?.req.headers['x-contract-quiet'] === 'yes')
+      const level = cds.log('odata').level
+      cds.log('odata', 'warn')
+      cds.log('odata', 'info') // CAP re-assigns the logger's methods here
+      const info = jest.spyOn(console, 'info')
+      try {
+        const get = headers => app.axios.get('/odata/v4/event-queues/DeadOutboxMessages', { headers, auth: { username: 'yves', password: '' } })
+        await get({ 'x-contract-quiet': 'yes' })
+        await get({})
+        const lines = info.mock.calls.map(args => args.join(' ')).filter(line => line.includes('/odata/v4/event-queues/DeadOutboxMessages'))
+        expect(lines).toHaveLength(1)
+        expect(lines[0]).toMatch(/^\[odata\] - GET /)
+      } finally {
+        info.mockRestore()
+        cds.log('odata', level)
+      }
+    })
+  })
+
   describe('mtxs (lib/cap/mtxs.ts; with @sap/cds-mtxs: test/multitenancy.sqlite.test.js)', () => {
     test("cds.env.plugins lists the app's plugins: not @sap/cds-mtxs where the app does not depend on it", () => {
       const { mtxsIsPlugin } = require('../lib/cap/mtxs')

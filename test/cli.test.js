@@ -118,7 +118,38 @@ describe('the cds-event-queues CLI', () => {
     expect(header).toMatch(/^ID\s+QUEUE\s+SERVICE\s+EVENT\s+ATTEMPTS\s+LAST ATTEMPT\s+LAST ERROR$/)
     expect(only).toMatch(new RegExp(`^${pinged}\\s+slowQueue\\s+NamedQueue\\s+ping\\s+2\\s+\\S+\\s+Error: ping 2 failed`))
     expect(rest).toEqual([])
-    expect((await runCli(['dead', '--queue', 'nothing-here'])).stdout).toBe('No dead letters.\n')
+  })
+
+  test('an unknown --queue exits 2 naming the queues of the project: configured ones, and those of the messages in the table', async () => {
+    const res = await runCli(['revive', '--all', '--queue', 'Notifier'])
+    expect(res).toMatchObject({ code: 2, stdout: '' })
+    expect(res.stderr).toBe(
+      'Invalid --queue: "Notifier". Expected a queue of this project: OwnQueue, queue, slowQueue ' +
+        '(a queue created in code with cds.queued(srv, options) is known once its messages are in the table).\n'
+    )
+    // a queue only code creates (cds.queued(srv, { maxAttempts })), known by its rows
+    const dead = await deadLetter(target, 'explode')
+    const [inCode] = await cloneDeadLetter(dead, 1, { target: 'Notifier' })
+    const found = await runCli(['dead', '--queue', 'Notifier', '--json'])
+    expect(found.code).toBe(0)
+    expect(JSON.parse(found.stdout).map(d => d.ID)).toEqual([inCode])
+    expect((await runCli(['pending', '--queue', 'nothing-here'])).code).toBe(2)
+  })
+
+  test('where it finds nothing, it names the database it looked in: kind and file, or database and host, never credentials', async () => {
+    const { credentials } = cds.env.requires.db
+    const where = onPostgres()
+      ? `PostgreSQL database ${credentials.database} on ${credentials.host}:${credentials.port}`
+      : `SQLite database ${credentials.url}`
+    const outputs = await Promise.all([['status'], ['pending'], ['dead'], ['revive', '--all'], ['delete', '--all', '--event', 'none']].map(args => runCli(args)))
+    expect(outputs.map(o => [o.code, o.stdout])).toEqual([
+      [0, `No messages are waiting and there are no dead letters in ${where}.\n`],
+      [0, `No messages are waiting in ${where}.\n`],
+      [0, `No dead letters in ${where}.\n`],
+      [0, `Revived 0 dead letters: none matched in ${where}.\n`],
+      [0, `Deleted 0 dead letters: none matched in ${where}.\n`]
+    ])
+    if (credentials.password) for (const o of outputs) expect(o.stdout).not.toContain(credentials.password)
   })
 
   test('pending lists the messages still waiting, longest first, with their attempts and last error, and no dead letters', async () => {
@@ -160,7 +191,7 @@ describe('the cds-event-queues CLI', () => {
     const exploded = await deadLetter(target, 'explode')
     failing = false
 
-    expect((await runCli(['revive', '--all', '--queue', 'slowQueue', '--older-than', '1h'])).stdout).toBe('Revived 0 dead letters.\n')
+    expect((await runCli(['revive', '--all', '--queue', 'slowQueue', '--older-than', '1h'])).stdout).toMatch(/^Revived 0 dead letters: none matched in /)
     const revived = await runCli(['revive', '--all', '--service', 'NamedQueue', '--event', 'ping'])
     expect(revived).toMatchObject({ code: 0, stdout: 'Revived 2 dead letters.\n' })
     await waitFor(() => calls.length === 2, { what: 'both revived messages to run' })
@@ -179,7 +210,7 @@ describe('the cds-event-queues CLI', () => {
 
     const res = await runCli(['delete', pinged, pending])
     expect(res.code).toBe(3)
-    expect(res.stderr).toBe(`Message ${pending} is not a dead letter: it has 1 attempts and is still retried or processed.\n`)
+    expect(res.stderr).toBe(`Message ${pending} is not a dead letter: it has 1 attempt and is still retried or processed.\n`)
     expect(await row(pinged)).toBeUndefined()
     expect(await row(pending)).toBeDefined()
     expect(calls).toEqual([])

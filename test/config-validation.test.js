@@ -51,6 +51,29 @@ describe('configuration validation', () => {
     expect(stderr).toContain("Unknown option cds.requires.OwnQueue.outboxed.timeuot: ignored. Did you mean 'timeout'?")
   })
 
+  test('the list of known options in that warning names each option once', async () => {
+    const { code, stderr } = await boot({ slowQueue: { maxAttemps: 3 } }, WARNINGS)
+    expect(code).toBe(0)
+    const known = stderr.match(/Unknown option cds\.requires\.slowQueue\.maxAttemps: .* Known options: ([^.]+)\./)[1].split(', ')
+    expect(known).toContain('storeLastError')
+    expect(known).toEqual([...new Set(known)])
+  })
+
+  test('outboxed on the database service gets a warning at start, as cds.queued(db) fails: a database cannot be queued', async () => {
+    const { code, stderr } = await boot({ db: { kind: 'sqlite', credentials: { url: ':memory:' }, outboxed: true } }, WARNINGS)
+    expect(code).toBe(0)
+    expect(stderr).toContain("cds.requires.db.outboxed has no effect: 'db' is a database service, which cannot be queued; queue the service that uses it.")
+  })
+
+  test("an outboxed queue name without a cds.requires entry of that name gets a warning listing the known queues", async () => {
+    const { code, stderr } = await boot({ Outboxed: { impl: 'srv/plain-service.js', outboxed: 'yes' } }, WARNINGS)
+    expect(code).toBe(0)
+    expect(stderr).toContain(
+      "cds.requires.Outboxed.outboxed names the queue 'yes', which has no cds.requires.yes: its messages go to a queue 'yes' " +
+        "with the options of cds.requires.queue. Known queues: queue (the default, outboxed: true), slowQueue."
+    )
+  })
+
   test('a runner-wide option on a queue of its own gets a warning saying where it belongs', async () => {
     const { code, stderr } = await boot({ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { pollInterval: '1s' } } }, WARNINGS)
     expect(code).toBe(0)

@@ -84,6 +84,40 @@ describe('configuration', () => {
     await cds.flush()
   })
 
+  test('options for a service queued already are validated like those that define a queue', async () => {
+    const outboxed = await cds.connect.to('Outboxed')
+    expect(() => cds.queued(outboxed, { maxAttempts: 0 })).toThrow('Invalid cds.queued(Outboxed, options).maxAttempts: 0. Expected an integer >= 1.')
+    const plain = cds.queued(await cds.connect.to('Plain'), { maxAttempts: 4 })
+    expect(() => cds.queued(plain, { backoff: { jitter: 2 } })).toThrow('Invalid cds.queued(Plain, options).backoff.jitter: 2. Expected a number from 0 to 1.')
+  })
+
+  test('other options for a service queued already keep its queue and log which ones are ignored; the same options log nothing', async () => {
+    const LOG = cds.log('queue')
+    cds.log('queue', 'warn')
+    const warn = jest.spyOn(LOG, 'warn')
+    try {
+      const outboxed = await cds.connect.to('Outboxed')
+      expect(cds.queued(outboxed, { maxAttempts: 1, timeout: '1h' })).toBe(outboxed)
+      expect(outboxed.queued).toMatchObject({ name: 'queue', maxAttempts: 10 })
+      expect(warn.mock.calls.map(args => args.join(' '))).toEqual([
+        "cds.queued(Outboxed, options): the service is queued already, on queue 'queue' (options from cds.requires.queue), " +
+          'and keeps it: ignored maxAttempts 1 (in effect: 10). Give queue options where the service is configured ' +
+          '(cds.requires.Outboxed.outboxed) or to its first cds.queued call.'
+      ])
+
+      warn.mockClear()
+      // a service of its own, queued by this test only; a handler calling cds.queued each time passes a new function
+      const fresh = await cds.connect.to('Fresh', { impl: 'srv/plain-service.js' })
+      const queued = cds.queued(fresh, { maxAttempts: 4, orderingKey: req => req.data.ID })
+      expect(cds.queued(fresh, { maxAttempts: 4, orderingKey: req => req.data.ID })).toBe(queued)
+      expect(cds.queued(queued)).toBe(queued)
+      expect(warn).not.toHaveBeenCalled()
+    } finally {
+      warn.mockRestore()
+      cds.log('queue', 'silent')
+    }
+  })
+
   test.each([
     ['NamedQueue', 2], // cds.requires.slowQueue.maxAttempts
     ['OwnQueue', 3], // cds.requires.OwnQueue.outboxed.maxAttempts

@@ -1,4 +1,5 @@
-const { startApp } = require('./support/app')
+const { startApp, newDatabaseFile, onPostgres } = require('./support/app')
+const { startInstance, stopInstance } = require('./support/instances')
 const { waitFor } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
 const cds = require('@sap/cds')
@@ -182,5 +183,23 @@ describe('the lag history', () => {
     expect(await history.history()).toEqual([])
     failing = false
     expect((await history.history()).map(s => s.relayLag)).toEqual([3])
+  })
+})
+
+describe('the ops page in a served app', () => {
+  let instance
+  afterAll(() => stopInstance(instance))
+
+  test('one info line at start says where the page is and who may open it', async () => {
+    let database = { kind: 'sqlite', credentials: { url: newDatabaseFile() } }
+    if (onPostgres()) {
+      const postgres = require('./support/postgres')
+      database = postgres.newDatabaseName()
+      await postgres.createDatabase(database)
+    }
+    instance = await startInstance(database, { name: 'page', deploy: true, env: { CDS_LOG_LEVELS_QUEUE: 'info' } })
+    await waitFor(() => /\[queue\] - ops page/.test(instance.output), { what: 'the ops page line' })
+    const lines = instance.output.split('\n').filter(line => line.startsWith('[queue] - ops page'))
+    expect(lines).toEqual([`[queue] - ops page: ${instance.url}/event-queues/ (users with role internal-user)`])
   })
 })

@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { isDatabaseService } from '../cap/services'
 import { assertSize, decode, encode, newMessage, type Dispatchable, type Encoded } from '../codec'
+import { queueSetting } from '../config'
 import { invalid, QueueError } from '../errors'
 import type { QueueSettings, TraceContext } from '../interfaces'
 import { orderingKeyOf } from '../ordering'
@@ -35,19 +36,37 @@ interface Context extends TransactionContext {
   tenant?: string
 }
 
-/** `cds.queued(srv, opts?)`: the queued proxy of a service; the same proxy on every call. */
+const notQueueable = (name: string) => `'${name}' is a database service, which cannot be queued; queue the service that uses it.`
+
+/**
+ * A queue setting in a database's configuration (`cds.requires.db.outboxed: true`): CAP's `cds.connect.to` skips it
+ * for database services, so it is reported, with the reason `cds.queued(db)` gives. A warning, not an error: an app
+ * that ran on CAP's queue with it runs unchanged.
+ */
+export function warnIfQueuedDatabase(db: cds.Service): void {
+  const conf = (db as Service).options ?? {}
+  const key = ['outboxed', 'outbox', 'queued'].find(k => conf[k] !== undefined && conf[k] !== false)
+  if (key && queueSetting(conf) !== false) LOG.warn(`cds.requires.${db.name}.${key} has no effect: ${notQueueable(db.name)}`)
+}
+
+/**
+ * `cds.queued(srv, opts?)`: the queued proxy of a service; the same proxy on every call. Options for a service queued
+ * already are validated all the same, and those that differ from its queue's are ignored with a warning (see
+ * `QueueRegistry.confirm`).
+ */
 export function queued(plugin: EventQueues, srv: unknown, opts?: unknown): QueuedService {
   if (!(srv instanceof cds.Service)) throw invalid('argument of cds.queued(srv)', srv, 'a CAP service, e.g. await cds.connect.to(...)')
-  if (isDatabaseService(srv)) {
-    throw new QueueError(`cds.queued(srv): '${srv.name}' is a database service, which cannot be queued; queue the service that uses it.`, 'INVALID_QUEUE_INPUT')
-  }
+  if (isDatabaseService(srv)) throw new QueueError(`cds.queued(srv): ${notQueueable(srv.name)}`, 'INVALID_QUEUE_INPUT')
   if (opts !== undefined && (typeof opts !== 'object' || opts === null || Array.isArray(opts))) {
     throw invalid('options of cds.queued(srv, options)', opts, 'an object of queue options')
   }
   const service = srv as Service
   const original = service[$unqueued] ?? service
   const existing = original[$queued]
-  if (existing) return existing
+  if (existing) {
+    if (opts) plugin.settings.queues.confirm(existing.queued as QueueSettings, original.name, opts as Record<string, unknown>)
+    return existing
+  }
   const queue = plugin.settings.queues.bind(original.name, original.options, opts as Record<string, unknown>)
   const proxy = Object.create(original) as QueuedService
   Object.defineProperty(proxy, $unqueued, { value: original })

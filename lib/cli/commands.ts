@@ -2,7 +2,8 @@ import cds from '@sap/cds'
 import { hostname, userInfo } from 'os'
 import { dialectFor } from '../store/dialect'
 import { resumed } from '../controls/operator'
-import { CHUNK, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
+import { invalid } from '../errors'
+import { CHUNK, noSuchMessage, notDeadLetter, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
 import type { Invocation, Options } from './args'
 import { EXIT } from './exit-codes'
 import { firstLine, progress, seconds, table, writeJsonArray, type Streams } from './output'
@@ -12,6 +13,8 @@ import { clock } from '../time/clock'
 export interface Session {
   queries: OperatorQueries
   db: cds.DatabaseService
+  /** Which database that is, for the operator (see `describeDatabase`): a command that finds nothing names it. */
+  database: string
   /** The tenant whose database holds the messages (`--tenant`, a multitenant app); undefined: the app's one database. */
   tenant?: string
   streams: Streams
@@ -37,7 +40,7 @@ async function status(session: Session, options: Options): Promise<number> {
   const { queries, streams } = session
   const rows = await inTransaction(session, () => queries.statistics())
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
-  else if (!rows.length) streams.stdout.write('No messages are waiting and there are no dead letters.\n')
+  else if (!rows.length) streams.stdout.write(`No messages are waiting and there are no dead letters in ${session.database}.\n`)
   else {
     const cells = rows.map(r => [r.queue, r.service ?? '', r.event ?? '', r.pending, r.processing, r.dead, seconds(r.relayLag), r.oldestPendingSince ?? '', stateOf(r)])
     streams.stdout.write(table(STATUS_HEADERS, cells))
@@ -81,7 +84,7 @@ async function dead(session: Session, options: Options): Promise<number> {
   const { queries, streams } = session
   const rows = await inTransaction(session, () => queries.listDeadLetters(filterOf(options), options.limit))
   if (options.json) await writeJsonArray(streams, rows, async row => ({ ...row, msg: (await inTransaction(session, () => queries.message(row.ID))) ?? null }))
-  else if (!rows.length) streams.stdout.write('No dead letters.\n')
+  else if (!rows.length) streams.stdout.write(`No dead letters in ${session.database}.\n`)
   else {
     const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.lastAttemptTimestamp ?? '', firstLine(r.lastError)])
     streams.stdout.write(table(['ID', 'QUEUE', 'SERVICE', 'EVENT', 'ATTEMPTS', 'LAST ATTEMPT', 'LAST ERROR'], cells))
@@ -93,7 +96,7 @@ async function pending(session: Session, options: Options): Promise<number> {
   const { queries, streams } = session
   const rows = await inTransaction(session, () => queries.listPending(filterOf(options), options.limit))
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
-  else if (!rows.length) streams.stdout.write('No messages are waiting.\n')
+  else if (!rows.length) streams.stdout.write(`No messages are waiting in ${session.database}.\n`)
   else {
     const cells = rows.map(r => [r.ID, r.target, r.service ?? '', r.event ?? '', r.attempts, r.timestamp, r.status === 'processing' ? `processing (${r.claimedBy ?? '?'})` : 'waiting', firstLine(r.lastError)])
     streams.stdout.write(table(['ID', 'QUEUE', 'SERVICE', 'EVENT', 'ATTEMPTS', 'WAITING SINCE', 'STATE', 'LAST ERROR'], cells))
@@ -107,8 +110,8 @@ async function deadOnes(session: Session, ids: string[]): Promise<{ dead: string
   const dead: string[] = []
   for (const ID of ids) {
     const state = await inTransaction(session, () => queries.messageState(ID))
-    if (!state) streams.stderr.write(`There is no queued message with ID ${ID}.\n`)
-    else if (!state.dead) streams.stderr.write(`Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.\n`)
+    if (!state) streams.stderr.write(`${noSuchMessage(ID)}\n`)
+    else if (!state.dead) streams.stderr.write(`${notDeadLetter(state)}\n`)
     else dead.push(ID)
   }
   return { dead, missing: ids.length - dead.length }
@@ -142,7 +145,8 @@ async function reviveOrDelete(session: Session, action: 'revive' | 'delete', { i
   const { queries, streams } = session
   const found = options.all ? { dead: await inTransaction(session, () => queries.deadLetterIDs(filterOf(options))), missing: 0 } : await deadOnes(session, ids)
   const changed = await bulk(session, action, found.dead)
-  streams.stdout.write(`${action === 'revive' ? 'Revived' : 'Deleted'} ${changed} dead letter${changed === 1 ? '' : 's'}.\n`)
+  const none = changed === 0 ? `: none matched in ${session.database}` : ''
+  streams.stdout.write(`${action === 'revive' ? 'Revived' : 'Deleted'} ${changed} dead letter${changed === 1 ? '' : 's'}${none}.\n`)
   return found.missing ? EXIT.NOT_DEAD : EXIT.OK
 }
 
@@ -172,7 +176,19 @@ async function control(session: Session, action: 'pause' | 'resume', queue: stri
   return EXIT.OK
 }
 
+/**
+ * `--queue` must name a queue of the project: a typo would match nothing, and the command would report that as done
+ * (exit 0). A queue only code creates is known by its rows.
+ */
+async function checkQueue(session: Session, { queue }: Options): Promise<void> {
+  if (queue === undefined) return
+  const names = await inTransaction(session, () => session.queries.queueNames())
+  if (names.includes(queue)) return
+  throw invalid('--queue', queue, `a queue of this project: ${names.join(', ')} (a queue created in code with cds.queued(srv, options) is known once its messages are in the table)`)
+}
+
 export async function runCommand(session: Session, invocation: Invocation): Promise<number> {
+  await checkQueue(session, invocation.options)
   switch (invocation.command) {
     case 'status':
       return status(session, invocation.options)

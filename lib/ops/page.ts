@@ -3,6 +3,8 @@ import { readFileSync } from 'fs'
 import { join } from 'path'
 import type { Application, NextFunction, Request, RequestHandler, Response } from 'express'
 import { routeMiddlewares } from '../cap/middlewares'
+import { leaveOutOfRequestLog } from '../cap/request-log'
+import { LOG } from '../log'
 
 /**
  * The ops page: three static files served at `/event-queues/` to the operator roles only. The page itself holds no
@@ -49,6 +51,19 @@ function serveFile(contents: Map<string, { body: Buffer; type: string }>): Reque
   }
 }
 
+/** The header the page's reads carry (ops-page/page.js); its actions (POST) go without it. */
+const READ_HEADER = 'x-event-queues-page'
+
+/**
+ * The page reads the operator service every few seconds: each refresh wrote three `[odata] - GET` lines (one of them
+ * multi-line) into the app's request log. Its reads of the operator service are left out; its actions, the
+ * service's other callers and the app's other requests are logged as before.
+ */
+function isPageRead(): boolean {
+  const req = cds.context?.http?.req
+  return req?.method === 'GET' && req.headers[READ_HEADER] === 'read' && req.baseUrl.endsWith(PAGE_PATH)
+}
+
 /**
  * Mounts the page on `app` (on cds 'bootstrap', before the protocol adapters): CAP's documented middlewares run
  * first (`cds.middlewares.before`: context and the app's configured authentication), its error middleware last, so
@@ -61,4 +76,10 @@ export function mountOpsPage(app: Application, roles: string[]): void {
   }
   const { before, after } = routeMiddlewares()
   app.use(PAGE_PATH, ...before, requireOperator(roles), serveFile(contents), ...after)
+  leaveOutOfRequestLog('odata', isPageRead)
+}
+
+/** One info line once the app listens: where the page is, and who may open it (a new user finds it from the log). */
+export function announceOpsPage(url: string, roles: string[]): void {
+  LOG.info(`ops page: ${url}${PAGE_PATH}/ (users with role ${roles.join(' or ')})`)
 }

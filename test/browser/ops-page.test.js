@@ -64,6 +64,12 @@ const queuesOnPage = page =>
       }]
     }))
   )
+/**
+ * Clicks a dead letter's button in one step inside the page: the page renders its rows anew on every refresh (5 s),
+ * and puppeteer's click (find, scroll into view, click) could hold a row the next refresh had replaced on a loaded
+ * machine ("Node is detached from document").
+ */
+const clickRowButton = (page, ID, action) => page.$eval(`#dead tr[data-id="${ID}"] button[data-action="${action}"]`, button => button.click())
 const deadOnPage = page => page.$$eval('#dead tbody tr', rows => rows.map(tr => tr.dataset.id).sort())
 /** Resolves once the page rendered data fetched after `since` (epoch ms). */
 const renderedAfter = (page, since) => page.waitForFunction(t => Number(document.body.dataset.loaded) > t, { timeout: 10000 }, since)
@@ -156,11 +162,30 @@ describe('the ops page in headless Chromium', () => {
     expect(fs.statSync(SCREENSHOT).size).toBeGreaterThan(10_000)
   })
 
+  test("its reads leave nothing in the app's request log, where the app's own requests still show", async () => {
+    cds.log('odata', 'info')
+    const info = jest.spyOn(console, 'info') // what CAP's loggers finally write to
+    try {
+      for (let i = 0; i < 2; i++) {
+        const since = Date.now()
+        await page.click('#refresh')
+        await renderedAfter(page, since)
+      }
+      await app.axios.get('/odata/v4/target/Records', { auth: { username: 'ops', password: 'ops' } })
+      const lines = info.mock.calls.map(args => args.map(a => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '))
+      expect(lines.filter(line => line.includes('event-queues'))).toEqual([])
+      expect(lines.filter(line => line.includes('/odata/v4/target/Records'))).toHaveLength(1)
+    } finally {
+      info.mockRestore()
+      cds.log('odata', 'warn')
+    }
+  })
+
   test('clicking Revive runs the dead letter right away, and the page drops it', async () => {
     failing.delete(3)
     open() // the held message may finish too
     const before = calls.length
-    await page.click(`#dead tr[data-id="${ids.pinged}"] button[data-action="revive"]`)
+    await clickRowButton(page, ids.pinged, 'revive')
     await page.waitForFunction(ID => document.getElementById('status').textContent === `Revived ${ID}: it is processed right away.`, {}, ids.pinged)
     // pollInterval is 1h: the message ran because the revive woke the runner
     await waitFor(async () => !(await row(ids.pinged)), { what: 'the revived message to be processed and deleted' })
@@ -176,7 +201,7 @@ describe('the ops page in headless Chromium', () => {
       return dialog.accept()
     })
     const before = calls.length
-    await page.click(`#dead tr[data-id="${ids.exploded1}"] button[data-action="delete"]`)
+    await clickRowButton(page, ids.exploded1, 'delete')
     await page.waitForFunction(ID => document.getElementById('status').textContent === `Deleted ${ID}.`, {}, ids.exploded1)
     expect(dialogs).toEqual(['Delete this dead letter? It will not be processed.'])
     expect(await row(ids.exploded1)).toBeUndefined()
@@ -257,6 +282,22 @@ describe('the ops page in headless Chromium', () => {
       expect(await state()).toBe('Running')
     } finally {
       page.off('dialog', accept)
+      }
+    })
+
+  test('opened with the credentials in its URL (http://ops:ops@host/event-queues/), it loads its data like any other way in', async () => {
+    // A context of its own: no credentials given to the browser but those in the URL.
+    const context = await chromium.browser.createBrowserContext()
+    try {
+      const tab = await context.newPage()
+      const res = await tab.goto(`${url.replace('://', '://ops:ops@')}/event-queues/`, { waitUntil: 'load' })
+      expect(res.status()).toBe(200)
+      // loaded, or an error said on the page: whichever comes first
+      await tab.waitForFunction(() => document.body.dataset.loaded || !document.getElementById('status').hidden, { timeout: 20000 })
+      expect(await tab.$eval('#status', e => (e.hidden ? '' : e.textContent))).toBe('')
+      expect(Object.keys(await queuesOnPage(tab)).sort()).toEqual(Object.keys(await queuesOnPage(page)).sort())
+    } finally {
+      await context.close()
     }
   })
 
