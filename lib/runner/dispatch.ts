@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { markRelayed } from '../cap/messaging'
 import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
 import { beforeBegin, transactionOfContext } from '../cap/transactions'
@@ -28,7 +29,10 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
 
 export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
   const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
-  return message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  const event = message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  // A broker adapter of CAP then fails at once while disconnected, and the queue retries, instead of holding it.
+  markRelayed(event)
+  return event
 }
 
 export function contextFor(message: DecodedMessage): Record<string, unknown> {
