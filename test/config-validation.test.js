@@ -5,13 +5,18 @@ const cds = require('@sap/cds')
 
 startApp()
 
+// A boot exits by itself; the kill is a safeguard against a hung child only. On a loaded machine (load 30 on two
+// cores) a boot took longer than the 30 s this was once, and the killed child (code null) failed tests that start.
+const BOOT_SAFEGUARD = 150000
+jest.setTimeout(BOOT_SAFEGUARD + 30000)
+
 /** Boots the test app in a new process with `requires` merged in (and `env`); resolves to its exit code and output. */
 function boot(requires, env = {}) {
   const config = { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } }, ...requires } }
   return new Promise(resolve => {
     execFile(process.execPath, [path.join(__dirname, 'support', 'boot-child.js')], {
-      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config), ...env }, timeout: 30000
-    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr }))
+      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config), ...env }, timeout: BOOT_SAFEGUARD
+    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr: error?.killed ? `killed after ${BOOT_SAFEGUARD} ms\n${stderr}` : stderr }))
   })
 }
 
