@@ -102,7 +102,7 @@ export interface Encoded {
 }
 
 /** What the `event` column says of a request: its event, else the kind of its query, else its method and path. */
-function eventOf(req: Dispatchable): string | undefined {
+export function eventOf(req: Dispatchable): string | undefined {
   const query = req.query as Record<string, unknown> | undefined
   const event = req.event ?? (query && Object.keys(query).find(k => /^[A-Z]+$/.test(k))) ?? (req.method ? `${req.method} ${req.path ?? ''}` : undefined)
   return event?.slice(0, 255)

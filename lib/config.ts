@@ -2,7 +2,7 @@ import { describe, invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
 import { NEVER_STORED_HEADERS, secretHeaderRule } from './secrets'
-import type { BackoffSettings, CircuitBreakerSettings, DeadLetterOrdering, RateLimitSettings, HeaderRule, OrderingKeySource, QueueSettings, RedisStreamsSettings, RunnerSettings, StoreChoice } from './interfaces'
+import type { BackoffSettings, CircuitBreakerSettings, DeadLetterOrdering, DeliveryMode, RateLimitSettings, HeaderRule, OrderingKeySource, QueueSettings, RedisStreamsSettings, RunnerSettings, StoreChoice } from './interfaces'
 import { LOG } from './log'
 
 /**
@@ -171,7 +171,7 @@ const QUEUE_KEYS = [
   'rateLimit', 'circuitBreaker', 'deadLetterRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
-const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'maxClaimBytes', 'batchSize', 'statisticsInterval', 'store']
+const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'maxClaimBytes', 'batchSize', 'statisticsInterval', 'store', 'deliver']
 /**
  * CAP's own keys of a queue's configuration, accepted as they are (`model`, `kind` …); no effect on this runner.
  * (CAP's `storeLastError` is a queue option here too: in QUEUE_KEYS.)
@@ -284,6 +284,14 @@ function storeChoice(raw: Raw, where: string): StoreChoice {
   throw invalid(`${where}.store`, value, STORE_CHOICES.map(v => `'${v}'`).join(', ').replace(/, ([^,]*)$/, ' or $1'))
 }
 
+const DELIVERY_MODES: DeliveryMode[] = ['once', 'twice']
+
+function deliveryMode(raw: Raw, where: string): DeliveryMode {
+  const value = raw.deliver ?? 'once'
+  if (DELIVERY_MODES.includes(value as DeliveryMode)) return value as DeliveryMode
+  throw invalid(`${where}.deliver`, value, `'once', or 'twice' in tests (every message delivered a second time)`)
+}
+
 export function compileRunner(raw: Raw): RunnerSettings {
   const where = 'cds.requires.queue'
   return {
@@ -294,7 +302,8 @@ export function compileRunner(raw: Raw): RunnerSettings {
     maxClaimBytes: integer(raw, 'maxClaimBytes', where, DEFAULT_MAX_CLAIM_BYTES, 1024),
     batchSize: integer(raw, 'batchSize', where, 50, 1, 1000),
     statisticsInterval: duration(raw, 'statisticsInterval', where, '30s', 1000),
-    store: storeChoice(raw, where)
+    store: storeChoice(raw, where),
+    deliver: deliveryMode(raw, where)
   }
 }
 

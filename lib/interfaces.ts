@@ -99,7 +99,12 @@ export interface RunnerSettings {
   statisticsInterval: number
   /** Which store runs the queue's statements (see lib/store/choose.ts). */
   store: StoreChoice
+  /** `twice`: the test mode that delivers every message a second time once its first delivery committed (runner/redelivery.ts). */
+  deliver: DeliveryMode
 }
+
+/** How often the runner delivers a message: `once`, or `twice` in an app's tests, to show its handlers are idempotent. */
+export type DeliveryMode = 'once' | 'twice'
 
 /** A dead letter the retention deleted, as an operator reads it in the log. */
 export interface DeletedMessage {

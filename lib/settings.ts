@@ -37,6 +37,18 @@ export interface Environment {
   appid?: unknown
   /** The plugins cds found in the app's dependencies, by package name. */
   plugins?: Record<string, unknown>
+  /** The active profiles (`NODE_ENV`, `CDS_ENV`): `production` refuses test modes. */
+  profiles?: unknown
+}
+
+/**
+ * `deliver: 'twice'` runs every handler twice: a test mode, refused in the production profile, where it would repeat
+ * every remote call and every side effect of the app.
+ */
+function refuseTestModeInProduction(env: Environment, runner: RunnerSettings): void {
+  const production = Array.isArray(env.profiles) && env.profiles.includes('production')
+  if (!production || runner.deliver === 'once') return
+  throw invalid('cds.requires.queue.deliver', runner.deliver, "'once' in the production profile ('twice' is a test mode: set it in the [test] profile only)")
 }
 
 /**
@@ -104,8 +116,10 @@ export function compileSettings(env: Environment): Settings {
     if (queueSetting(conf as Raw) !== undefined) queues.bind(name, conf as Raw)
   }
   if (defaultQueue.persistent) requireMtxsWhereMultitenant(env)
+  const runner = compileRunner(global)
+  refuseTestModeInProduction(env, runner)
   return {
-    runner: compileRunner(global),
+    runner,
     queues,
     appid,
     persistent: defaultQueue.persistent,

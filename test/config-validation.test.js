@@ -5,13 +5,18 @@ const cds = require('@sap/cds')
 
 startApp()
 
+// A boot exits by itself; the kill is a safeguard against a hung child only. On a loaded machine (load 30 on two
+// cores) a boot took longer than the 30 s this was once, and the killed child (code null) failed tests that start.
+const BOOT_SAFEGUARD = 150000
+jest.setTimeout(BOOT_SAFEGUARD + 30000)
+
 /** Boots the test app in a new process with `requires` merged in (and `env`); resolves to its exit code and output. */
 function boot(requires, env = {}) {
   const config = { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } }, ...requires } }
   return new Promise(resolve => {
     execFile(process.execPath, [path.join(__dirname, 'support', 'boot-child.js')], {
-      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config), ...env }, timeout: 30000
-    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr }))
+      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config), ...env }, timeout: BOOT_SAFEGUARD
+    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stdout, stderr: error?.killed ? `killed after ${BOOT_SAFEGUARD} ms\n${stderr}` : stderr }))
   })
 }
 
@@ -37,7 +42,8 @@ describe('configuration validation', () => {
     [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { circuitBreaker: { failures: 5, probeInterval: 'often' } } } }, 'Invalid cds.requires.OwnQueue.outboxed.circuitBreaker.probeInterval: "often"'],
     [{ queue: { deadLetterRetention: '500ms' } }, `Invalid cds.requires.queue.deadLetterRetention: "500ms". Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
     [{ OwnQueue: { impl: 'srv/plain-service.js', outboxed: { deadLetterRetention: true } } }, `Invalid cds.requires.OwnQueue.outboxed.deadLetterRetention: true. Expected a duration of at least 1 s such as '30d', or false to keep dead letters.`],
-    [{ queue: { deadLetterRetention: 'a month' } }, `Invalid cds.requires.queue.deadLetterRetention: "a month". Expected a duration of at least 1 s`]
+    [{ queue: { deadLetterRetention: 'a month' } }, `Invalid cds.requires.queue.deadLetterRetention: "a month". Expected a duration of at least 1 s`],
+    [{ queue: { deliver: 'thrice' } }, `Invalid cds.requires.queue.deliver: "thrice". Expected 'once', or 'twice' in tests (every message delivered a second time).`]
   ])('%j fails the start with an error naming option, value and what is allowed', async (requires, message) => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
@@ -88,6 +94,13 @@ describe('configuration validation', () => {
     expect(code).toBe(0)
     const settings = JSON.parse(stdout.trim().split('\n').pop())
     expect(settings).toMatchObject({ name: 'queue', maxAttempts: 3, backoff: { base: 2000 }, circuitBreaker: { failures: 4, probeInterval: 10000 } })
+  })
+
+  test("the duplicate-delivery test mode (deliver: 'twice') fails the start in the production profile, saying where it belongs", async () => {
+    // mocked users: in production CAP's default authentication needs @sap/xssec, which the test app does not have
+    const { code, stderr } = await boot({ queue: { deliver: 'twice' }, auth: { kind: 'mocked' } }, { NODE_ENV: 'production' })
+    expect(code).not.toBe(0)
+    expect(stderr).toContain(`Invalid cds.requires.queue.deliver: "twice". Expected 'once' in the production profile ('twice' is a test mode: set it in the [test] profile only).`)
   })
 
   test('a valid configuration starts', async () => {

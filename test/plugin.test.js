@@ -23,7 +23,8 @@ describe('the plugin package', () => {
     // test's working directory, without the app's plugins and database.
     const script = `
       const cds = require('@sap/cds')
-      for (const m of ['./lib/plugin', './lib/runner/runner', './lib/api/install']) require(m)
+      // ./test.js is cds-event-queues/test, which a project's tests require before cds.test()
+      for (const m of ['./lib/plugin', './lib/runner/runner', './lib/api/install', './test.js']) require(m)
       process.stdout.write(String(Object.getOwnPropertyNames(cds).includes('env')))`
     expect(execFileSync(process.execPath, ['-e', script], { cwd: path.join(__dirname, '..'), encoding: 'utf8' })).toBe('false')
   })
@@ -33,7 +34,7 @@ describe('the plugin package', () => {
       cwd: path.join(__dirname, '..'), encoding: 'utf8'
     }))
     const files = pack.files.map(f => f.path)
-    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/event-queues.cds', 'srv/event-queues.js', 'README.md', 'package.json', 'index.d.ts']) {
+    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/event-queues.cds', 'srv/event-queues.js', 'README.md', 'package.json', 'index.d.ts', 'test.js', 'test.d.ts', 'lib/testing/messages.js']) {
       expect(files).toContain(f)
     }
     expect(files.filter(f => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])

@@ -8,6 +8,7 @@ import type { Gates } from './gates'
 import { AttemptAborted, tenantGone, type Lease } from './lease'
 import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
+import type { Redelivery } from './redelivery'
 import { payloadBytes, Slots, type SlotCounts } from './slots'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -19,6 +20,8 @@ export interface HoldingsHost {
   readonly tenants: Tenants
   readonly gates: Gates
   readonly monitor: Monitor
+  /** The duplicate-delivery test mode (`deliver: 'twice'`); undefined: every message is delivered once. */
+  readonly redelivery: Redelivery | undefined
   wake(...tenants: Tenant[]): void
 }
 
@@ -125,6 +128,8 @@ export class Holdings {
     this.tell(slot, held, outcome)
     try {
       await recordOutcome(lease.claim, outcome, result.message, slot.queue, this.host.store)
+      // in the slot, so that flush() and whoever awaits the outcome wait for the second delivery too
+      await this.host.redelivery?.after(row, outcome, result.message, lease.signal)
       this.host.monitor.emit('outcome', { ID: row.ID, target: row.target, kind: outcome.kind })
     } catch (e) {
       LOG.error(`${row.target}: could not record the outcome of message ${row.ID}; its lease will expire:`, e)

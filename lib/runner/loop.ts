@@ -30,6 +30,8 @@ export interface LoopHost {
   readonly stopping: boolean
   /** Handlers are running. */
   readonly busy: boolean
+  /** Processing is held back (`Runner.hold`): nothing is claimed. */
+  readonly held: boolean
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
 }
@@ -156,7 +158,7 @@ export class Loop {
     const { tenants } = this.host
     const { slots } = this.host.holdings
     let active = round
-    while (!this.host.stopping && slots.free > 0 && active.length) {
+    while (!this.host.stopping && !this.host.held && slots.free > 0 && active.length) {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
@@ -294,6 +296,8 @@ export class Loop {
     const failing = tenants.failing
     if (!failing) for (const resolve of this.idleWaiters.splice(0)) resolve()
     if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
+    // held back, due rows would plan the next pass at once, again and again: the release wakes the runner instead
+    if (this.host.held) return
     const looked = [...this.looked]
     this.looked.clear()
     for (const [tenant, since] of looked) {

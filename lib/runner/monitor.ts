@@ -8,7 +8,7 @@ import type { Outcome } from '../interfaces'
 export interface RunnerEvents {
   /** A claim took rows. */
   claimed: { count: number }
-  /** What an attempt of a message came to, once it is written. */
+  /** What an attempt of a message came to, once it is written (and, with `deliver: 'twice'`, delivered again). */
   outcome: { ID: string; target: string; kind: Outcome['kind'] }
   /** A pass found nothing to claim with nothing running; `next` is the delay planned until the next pass (ms). */
   idle: { next: number | undefined }

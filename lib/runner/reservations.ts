@@ -35,6 +35,8 @@ export interface ReservationHost {
   readonly gates: Gates
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
+  /** Processing is held back (`Runner.hold`): nothing is claimed at enqueue. */
+  readonly held: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
   /** Claims soon: a message given up before the commit is left to the claim. */
   wake(): void
@@ -66,7 +68,7 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.gates.gated(cds.context?.tenant, queue) || !host.holdings.reserve(queue, message.ID)) return false
+  if (!host.running || host.held || host.gates.gated(cds.context?.tenant, queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = clock.now()
   try {

@@ -17,6 +17,7 @@ import { Holdings } from './holdings'
 import { Loop, type ClaimStatus } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
+import { Redelivery } from './redelivery'
 import { runSlot } from './slot'
 import { metaTenant } from '../cap/mtxs'
 import { TenantRegister } from '../tenants/register'
@@ -41,6 +42,7 @@ export class Runner {
   readonly queues: QueueRegistry
   /** The tenants whose messages this process runs (one database where the app is not multitenant). */
   readonly tenants: Tenants
+  readonly redelivery: Redelivery | undefined
   private loop: Loop
   private readonly inFlight = new Set<Promise<void>>()
   private storeInstance: QueueStore | undefined
@@ -49,10 +51,13 @@ export class Runner {
   private stopped: Promise<void> | undefined
   started = false
   stopping = false
+  /** How many holds are in place (see `hold`). */
+  private holds = 0
 
   constructor(private readonly settings: Settings) {
     const { concurrency, batchSize, maxClaimBytes } = settings.runner
     this.queues = settings.queues
+    this.redelivery = settings.runner.deliver === 'twice' ? new Redelivery() : undefined
     const t0 = metaTenant()
     const register = t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval)
     this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.holdings.abandonTenant(tenant))
@@ -193,6 +198,25 @@ export class Runner {
   wake(...tenants: Tenant[]): void {
     for (const tenant of tenants) this.tenants.want(tenant)
     this.loop.wake()
+  }
+
+  /** Nothing is claimed, at enqueue neither: what is queued stays in the table (see `hold`). */
+  get held(): boolean {
+    return this.holds > 0
+  }
+
+  /**
+   * Holds back processing until the returned release is called, so that a test reads the rows a request wrote before
+   * any of them runs (lib/testing). What runs already finishes; a release wakes the runner.
+   */
+  hold(): () => void {
+    this.holds++
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      if (--this.holds === 0) this.wake()
+    }
   }
 
   /** Resolves once nothing processable is left; keeps the process alive meanwhile. */

@@ -68,4 +68,4 @@ function startApp(config = {}, { dbFile, deploy = true, app = APP } = {}) {
   return test
 }
 
-module.exports = { APP, CAPIRE_APP, startApp, newDatabaseFile, merge, onPostgres, onPortableStore, projectQueue }
+module.exports = { APP, CAPIRE_APP, startApp, suiteDatabase, newDatabaseFile, merge, onPostgres, onPortableStore, projectQueue }

@@ -7,3 +7,11 @@ entity Flights {
       destination : String(3);
       freeSeats   : Integer;
 }
+
+/** Seats reserved per booking: a booking's reservation that arrives again returns this one instead of reserving more. */
+entity Reservations {
+  key booking      : UUID;
+      flight       : String(10);
+      seats        : Integer;
+      confirmation : String(40);
+}

@@ -29,9 +29,12 @@ module.exports = class TravelService extends cds.ApplicationService {
     remote.on('reserveSeats/#succeeded', req => confirm(req.results))
     remote.on('reserveSeats/#failed', req => UPDATE(Bookings, req.data.booking).set({ status: 'failed' }))
 
-    cds.unqueued(messaging).on('travel/BookingCreated', msg =>
-      INSERT.into(Notifications).entries({ ID: cds.utils.uuid(), event: msg.event, booking: msg.data.booking })
-    )
+    // Events arrive at least once: one notification per booking and event, however often it arrives.
+    cds.unqueued(messaging).on('travel/BookingCreated', async msg => {
+      const notification = { event: msg.event, booking: msg.data.booking }
+      if (await SELECT.one.from(Notifications).where(notification)) return
+      await INSERT.into(Notifications).entries({ ID: cds.utils.uuid(), ...notification })
+    })
 
     // The scheduled replication (see server.js): copies the remote flights into our replica.
     this.on('replicateFlights', async () => {

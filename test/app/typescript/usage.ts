@@ -1,6 +1,7 @@
 // Compiled by test/types.test.js with `tsc --noEmit`: the public API must type-check as users write it.
 import cds, { flush } from '@sap/cds'
 import type { EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
+import { expectIdempotent, expectQueued, messages, outcome, queuedBy, duplicateDeliveries, type OutcomeKind, type QueuedMessage } from 'cds-event-queues/test'
 
 export async function usage(): Promise<void> {
   const { queued, unqueued } = cds as typeof cds & EventQueues
@@ -27,4 +28,20 @@ export async function usage(): Promise<void> {
     const info = (req as unknown as { queue: QueueMessageInfo }).queue
     return info.messageId
   })
+}
+
+/** The test helpers, as an app's own tests use them. */
+export async function testing(): Promise<void> {
+  const srv = await cds.connect.to('Target')
+  const queued: QueuedMessage[] = await queuedBy(() => srv.send('act', { value: 'x' }))
+  const due: Date | null = queued[0].dueAt
+  void due
+  const pending: QueuedMessage[] = await messages({ service: 'Target', event: 'act' })
+  void pending
+  await expectQueued(() => srv.send('act', { value: 'y' }), [{ service: 'Target', event: 'noted', data: { text: 'y' } }], { rollback: true })
+  const kind: OutcomeKind = (await outcome(queued[0], { kind: ['succeeded', 'retried'], timeout: 5000 })).kind
+  void kind
+  const { delivered, failures } = duplicateDeliveries()
+  void delivered, failures.map(f => f.event)
+  expectIdempotent()
 }
