@@ -1,4 +1,6 @@
 using from '@sap/cds/srv/outbox';
+// what receivers record, and the sequence numbers of ordering keys (the consumer half)
+using from './consumer';
 
 /**
  * CAP's own queue table (@sap/cds/srv/outbox), extended rather than redefined: an app that uses CAP's model as well

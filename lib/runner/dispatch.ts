@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
 import { processing } from '../telemetry/spans'
+import { wireHeaders, type Delivery } from '../wire'
 
 /**
  * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
@@ -24,8 +25,10 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
   return { messageId: row.ID, attempt: row.attempts + 1, signal }
 }
 
-export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
-  const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
+/** The event to dispatch; `headers`: the stored ones with what goes on the wire (lib/wire.ts). */
+export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime, headers = message.request.headers): cds.Event {
+  const request = headers === message.request.headers ? message.request : { ...message.request, headers }
+  const init = (runtime ? { ...request, queue: { ...request.queue, ...runtime } } : { ...request }) as { event: string }
   return message.fromSend ? new cds.Request(init) : new cds.Event(init)
 }
 
@@ -56,16 +59,18 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
- * and `inTx` runs in the same transaction after the handlers, with their result.
+ * and `inTx` runs in the same transaction after the handlers, with their result. `delivery`: what the message
+ * carries on the wire (none in the in-memory queue).
  */
 export async function dispatchInTx(
   message: DecodedMessage,
   runtime: QueueInfoAtRuntime | undefined,
-  inTx: (srv: cds.Service, result: unknown) => Promise<void>
+  inTx: (srv: cds.Service, result: unknown) => Promise<void>,
+  delivery?: Delivery
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
-    const result = await tx.dispatch(eventFor(message, runtime))
+    const result = await tx.dispatch(eventFor(message, runtime, wireHeaders(srv as unknown as cds.Service, message, delivery)))
     await inTx(srv as unknown as cds.Service, result)
   })
 }

@@ -384,6 +384,12 @@ export class NativeStore implements BatchingStore {
     await this.rows(statements.ping())
   }
 
+  /** See `QueueStore.nextSequence`: an upsert that reads back the number it wrote. */
+  async nextSequence(orderingKey: string): Promise<number> {
+    const [row] = await this.rows<{ issued: unknown }>(statements.nextSequence(this.appid ?? null, orderingKey))
+    return Number(row.issued)
+  }
+
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */
   async ensureIndexes(): Promise<void> {
     await ensureIndexes({

@@ -304,6 +304,25 @@ export function existing(IDs: string[]): Query {
   return SELECT.from(ENTITY).columns('ID').where(inList('ID', IDs))
 }
 
+/** The counters of the ordering keys' sequence numbers (db/consumer.cds); `appid` '' for none. */
+const SEQUENCES = 'cds.outbox.KeySequences'
+const sequenceOf = (appid: string | null, orderingKey: string) => ({ appid: appid ?? '', orderingKey })
+
+/** Increments the counter of a key (locking it until the transaction ends); 0 rows if the key has none yet. */
+export function incrementSequence(appid: string | null, orderingKey: string): Query {
+  return UPDATE(SEQUENCES).set({ issued: { '+=': 1 } }).where(sequenceOf(appid, orderingKey))
+}
+
+/** The first counter of a key, at 1. */
+export function insertSequence(appid: string | null, orderingKey: string): Query {
+  return INSERT.into(SEQUENCES).entries({ ...sequenceOf(appid, orderingKey), issued: 1 })
+}
+
+/** The number a key's counter holds. */
+export function currentSequence(appid: string | null, orderingKey: string): Query {
+  return SELECT.one.from(SEQUENCES).columns('issued').where(sequenceOf(appid, orderingKey))
+}
+
 /** Needs the database and the table, finds no row (no ID is null), through the primary key. */
 export function ping(): Query {
   return SELECT.from(ENTITY).columns('ID').where(isNull('ID'))

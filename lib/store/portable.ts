@@ -289,6 +289,25 @@ export class PortableStore implements QueueStore {
   }
 
   /**
+   * See `QueueStore.nextSequence`. CQL has no upsert that increments: the counter is incremented, or created when the
+   * key has none. Two transactions creating one key's counter at once: the later one's INSERT fails on the key; on
+   * SAP HANA its transaction goes on and increments the counter the other created, on PostgreSQL the failed statement
+   * aborts the transaction (the native store, PostgreSQL's default, upserts instead).
+   */
+  async nextSequence(orderingKey: string): Promise<number> {
+    const appid = this.appid ?? null
+    if (Number(await q.incrementSequence(appid, orderingKey)) === 0) {
+      try {
+        await q.insertSequence(appid, orderingKey)
+      } catch {
+        await q.incrementSequence(appid, orderingKey)
+      }
+    }
+    const row = (await q.currentSequence(appid, orderingKey)) as { issued: unknown }
+    return Number(row.issued)
+  }
+
+  /**
    * On a database with a native dialect, the native store's indexes (the claims here filter and order by the same
    * columns); elsewhere they come with the deployed model (SAP HANA: db/hana.cds).
    */

@@ -69,6 +69,12 @@ export interface QueueStore {
   deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]>
   /** A statement that needs the database and the queue table and reads no row: fails if either is not there. */
   ping(): Promise<void>
+  /**
+   * The next sequence number of ordering key `orderingKey` (1 for its first message), in the current transaction:
+   * the key's counter stays locked until that transaction ends, so numbers follow the commit order and a rollback
+   * uses none (see db/consumer.cds).
+   */
+  nextSequence(orderingKey: string): Promise<number>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */

@@ -381,6 +381,18 @@ export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, e
   }
 }
 
+/** The counters of the ordering keys' sequence numbers (db/consumer.cds). */
+const SEQUENCES = 'cds_outbox_KeySequences'
+
+/** The next sequence number of `orderingKey`: its counter created at 1 or incremented, read back, in one statement. */
+export function nextSequence(appid: string | null, orderingKey: string): Fragment {
+  return {
+    sql: `INSERT INTO ${SEQUENCES} (appid, orderingKey, issued) VALUES (?, ?, 1)
+      ON CONFLICT (appid, orderingKey) DO UPDATE SET issued = ${SEQUENCES}.issued + 1 RETURNING issued AS "issued"`,
+    params: [appid ?? '', orderingKey]
+  }
+}
+
 /** A statement that reaches the database and the table and reads nothing: is the database there? */
 export function ping(): Fragment {
   return { sql: `SELECT 1 AS "ok" FROM ${TABLE} WHERE 1 = 0`, params: [] }

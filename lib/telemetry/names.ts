@@ -18,7 +18,8 @@ export const ATTR = {
   messageId: 'messaging.message.id',
   errorType: 'error.type',
   tenant: 'sap.tenancy.tenant_id',
-  state: 'cds_event_queues.message.state'
+  state: 'cds_event_queues.message.state',
+  receiver: 'cds_event_queues.receiver'
 } as const
 
 export const METRIC = {
@@ -27,7 +28,8 @@ export const METRIC = {
   processDuration: 'messaging.process.duration',
   messages: 'cds_event_queues.messages',
   relayLag: 'cds_event_queues.relay_lag',
-  deleted: 'cds_event_queues.dead_letters.deleted'
+  deleted: 'cds_event_queues.dead_letters.deleted',
+  duplicates: 'cds_event_queues.duplicates'
 } as const
 
 /** The operations the plugin reports: an enqueue sends a message to its queue, a handler processes it. */
