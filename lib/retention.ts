@@ -3,14 +3,16 @@ import { groupBy } from './group-by'
 import type { QueueRegistry } from './queues'
 import type { DeletedMessage } from './interfaces'
 import type { QueueStore } from './store/queue-store'
+import { pruneExpired } from './receipts/receipts'
 import { countDeletedDeadLetters } from './telemetry/metrics'
 import { LOG } from './log'
 
 /**
- * Dead-letter retention: dead letters older than their queue's `deadLetterRetention` (counted from their last
- * attempt) are deleted in small batches, each its own short transaction that skips rows others hold, so the cleanup
- * never holds a long lock and several instances never wait for each other (each deletes rows the others skipped).
- * Every deletion is logged and counted in the metrics.
+ * Retention. Dead letters older than their queue's `deadLetterRetention` (counted from their last attempt) are
+ * deleted in small batches, each its own short transaction that skips rows others hold, so the cleanup never holds a
+ * long lock and several instances never wait for each other (each deletes rows the others skipped). Every deletion
+ * is logged and counted in the metrics. Receipts past their expiry (`receiptRetention`, lib/receipts) go the same
+ * way, in every tenant: one pruner for what the queue and its receivers keep.
  */
 
 /** Dead letters one statement deletes at most. */
@@ -54,12 +56,11 @@ export class Retention {
   }
 
   /**
-   * A tenth of the shortest retention; the longest interval while no queue has one: queues created later with
+   * A tenth of the shortest retention of dead letters or receipts: queues created later with
    * `cds.queued(srv, { deadLetterRetention })` are found at the next run.
    */
   private interval(): number {
-    const retentions = this.retentions()
-    if (retentions.length === 0) return MAX_INTERVAL
+    const retentions = [...this.retentions(), ...this.queues.all().map(queue => queue.receiptRetention)]
     return Math.min(MAX_INTERVAL, Math.max(MIN_INTERVAL, Math.min(...retentions) / 10))
   }
 
@@ -75,14 +76,32 @@ export class Retention {
   }
 
   private async cleanUp(): Promise<void> {
-    if (this.retentions().length === 0) return
+    const deadLetters = this.retentions().length > 0
     for (const tenant of this.tenants()) {
       try {
-        await this.cleanUpTenant(tenant)
+        if (deadLetters) await this.cleanUpTenant(tenant)
       } catch (e) {
         LOG.warn(`could not delete the dead letters past their retention${tenant ? ` of tenant ${tenant}` : ''}; next time:`, e)
       }
+      try {
+        await this.pruneReceipts(tenant)
+      } catch (e) {
+        LOG.warn(`could not delete the receipts past their receiptRetention${tenant ? ` of tenant ${tenant}` : ''}; next time:`, e)
+      }
     }
+  }
+
+  /** Receipts past their expiry, batch after batch until one finds fewer than a batch's worth, yielding between. */
+  private async pruneReceipts(tenant: string | undefined): Promise<void> {
+    const now = Date.now()
+    let deleted = 0
+    let batch: number
+    do {
+      batch = await this.inTenant(tenant, () => pruneExpired(now, BATCH))
+      deleted += batch
+      await yielded()
+    } while (batch >= BATCH && !this.stopped)
+    if (deleted) LOG._debug && LOG.debug(`deleted ${deleted} receipts past their receiptRetention${tenant ? ` (tenant ${tenant})` : ''}`)
   }
 
   /**

@@ -51,7 +51,10 @@ service EventQueuesService {
       appid
     };
 
-  /** Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds. */
+  /**
+   * Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds;
+   * `duplicates` the redeliveries an inboxed service dropped (on its row with `event` null), over the receipts kept.
+   */
   type QueueStatistics {
     queue               : String;
     service             : String;
@@ -61,6 +64,7 @@ service EventQueuesService {
     dead                : Integer;
     oldestPendingSince  : Timestamp;
     relayLag            : Integer;
+    duplicates          : Integer;
   }
 
   /** One queue at one moment of the last hour, sampled by the serving process (the ops page's lag chart). */

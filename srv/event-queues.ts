@@ -4,6 +4,7 @@ import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { LagHistory } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
+import { withDuplicates } from '../lib/receipts/statistics'
 import { describeRows, OperatorQueries, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
 
 type Request = cds.Request & { params: unknown[] }
@@ -95,7 +96,9 @@ export default class EventQueuesService extends cds.ApplicationService {
       return queries.remove(await queries.deadLetterIDs(filter))
     })
 
-    this.on('statistics', () => queries.statistics())
+    // the inboxes' dropped redeliveries beside the queues' counts (lib/receipts)
+    const noMessages = { pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 }
+    this.on('statistics', async () => withDuplicates(await queries.statistics(), settings.queues, settings.appid, noMessages))
     this.on('lagHistory', () => history.history())
 
     await super.init()

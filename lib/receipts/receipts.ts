@@ -66,16 +66,28 @@ export async function recordResponse(receipt: ReceiptRef, fingerprint: string, r
   await INSERT.into(RECEIPTS).entries({ ...receipt, state: 'done', fingerprint, response, recordedAt: iso(now), expiresAt: iso(now + retention) })
 }
 
+const ref = (column: string) => ({ ref: [column] })
+const val = (value: unknown) => ({ val: value })
+
+/** Receipts ordered by the expiry index (expiresAt, scope, ID) up to and including `last`. */
+function upTo(last: { expiresAt: unknown; scope: string; ID: string }): { xpr: unknown[] } {
+  const sameScope = { xpr: [ref('scope'), '=', val(last.scope), 'and', ref('ID'), '<=', val(last.ID)] }
+  const sameExpiry = { xpr: [ref('expiresAt'), '=', val(last.expiresAt), 'and', { xpr: [ref('scope'), '<', val(last.scope), 'or', sameScope] }] }
+  return { xpr: [ref('expiresAt'), '<', val(last.expiresAt), 'or', sameExpiry] }
+}
+
 /**
- * Deletes up to about `limit` receipts that expired before `now`, oldest first; how many. The batch ends at the
- * expiry of its `limit`-th receipt, found through the expiry index (db/consumer.cds), so one batch is two index
- * range statements however large the table; receipts sharing that exact expiry go in the same batch.
+ * Deletes at most `limit` receipts that expired before `now`, in the order of the expiry index (db/consumer.cds);
+ * how many. The batch ends at its `limit`-th receipt, found through that index, so a batch is two index range
+ * statements however large the table.
  */
 export async function pruneExpired(now: number, limit: number): Promise<number> {
   const expired = { expiresAt: { '<': iso(now) } }
-  const last = (await SELECT.one.from(RECEIPTS).columns('expiresAt').where(expired).orderBy('expiresAt').limit(1, limit - 1)) as { expiresAt: unknown } | undefined
   const doomed = DELETE.from(RECEIPTS).where(expired)
-  if (last) doomed.and({ expiresAt: { '<=': last.expiresAt } })
+  const last = (await SELECT.one.from(RECEIPTS).columns('expiresAt', 'scope', 'ID').where(expired).orderBy('expiresAt', 'scope', 'ID').limit(1, limit - 1)) as
+    | { expiresAt: unknown; scope: string; ID: string }
+    | undefined
+  if (last) doomed.and(upTo(last))
   return Number(await doomed)
 }
 
