@@ -2,8 +2,9 @@ import type cds from '@sap/cds'
 
 /**
  * CAP internal: a service lists its handlers in `srv.handlers.before` / `.on` / `.after`, each entry naming its event
- * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback.
- * Contract: test/cap-contract.test.js "handlers".
+ * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback. CAP's
+ * generic input processing (generated keys, defaults) runs as an `_initial` handler on cds 9, a `before` handler on
+ * cds 10 (see `beforeInput`). Contract: test/cap-contract.test.js "handlers".
  */
 
 interface HandlerEntry {
@@ -61,4 +62,15 @@ export class Watchers {
     }
     return watched
   }
+}
+
+/**
+ * Registers `handler` to see a request of `event` (on `entity`) as the client sent it, before CAP's generic input
+ * processing fills in generated keys and defaults: cds 9 runs that processing as an `_initial` handler, ahead of
+ * every `before` handler, so this one is marked `_initial` too and put first; cds 10 has no such phase, its input
+ * processing is a `before` handler of the service, and a prepended `before` handler starts first.
+ */
+export function beforeInput(srv: cds.Service, event: string, entity: string | undefined, handler: (req: cds.Request) => void): void {
+  const early = Object.assign((req: cds.Request) => handler(req), { _initial: true })
+  srv.prepend(() => (entity ? srv.before(event, entity, early) : srv.before(event, early)))
 }

@@ -390,6 +390,14 @@ export class NativeStore implements BatchingStore {
     return Number(row.issued)
   }
 
+  /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */
+  async tryLock(name: string): Promise<boolean> {
+    const lock = this.dialect.keyLock?.('?')
+    if (!lock) return true
+    const [row] = await this.rows<{ locked: unknown }>({ sql: `SELECT ${lock} AS "locked"`, params: [name] })
+    return row.locked === true
+  }
+
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */
   async ensureIndexes(): Promise<void> {
     await ensureIndexes({

@@ -307,6 +307,11 @@ export class PortableStore implements QueueStore {
     return Number(row.issued)
   }
 
+  /** See `QueueStore.tryLock`: CQL has no such locks. */
+  async tryLock(): Promise<boolean> {
+    return true
+  }
+
   /**
    * On a database with a native dialect, the native store's indexes (the claims here filter and order by the same
    * columns); elsewhere they come with the deployed model (SAP HANA: db/hana.cds).

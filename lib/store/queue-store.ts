@@ -75,6 +75,11 @@ export interface QueueStore {
    * uses none (see db/consumer.cds).
    */
   nextSequence(orderingKey: string): Promise<number>
+  /**
+   * A lock on `name` for the current transaction, without waiting: false if another transaction holds it. True where
+   * the database has no such locks (SQLite, whose single writer serialises anyway; the portable store).
+   */
+  tryLock(name: string): Promise<boolean>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */
