@@ -91,7 +91,7 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
   // Encoded first: a call refused here has written nothing (no receipt, no sequence number).
   let encoded = storable(req, context, original, queue, stored)
   const receipt = req.inbound ? plugin.inbox.receiptOf(original.name, req) : undefined
-  if (receipt && !(await plugin.inbox.receive(receipt, queue.name, context.tenant))) return undefined
+  if (receipt && !(await plugin.inbox.receive(runner.store, receipt, queue.name, context.tenant))) return undefined
   markTenant(runner, context)
   if (task) {
     await upsertTask(runner.store, queue, encoded, { ...req.queue, task }, plugin.settings.appid)

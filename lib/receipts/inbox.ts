@@ -1,9 +1,10 @@
 import { createHash } from 'crypto'
 import { DEFAULT_MESSAGE_ID_SOURCES } from '../config'
 import type { MessageIdSource, ReceiptRef, ReceiverSettings } from '../interfaces'
+import type { QueueStore } from '../store'
 import { countDuplicate } from '../telemetry/metrics'
 import { LOG } from '../log'
-import { countRedelivery, fitsKeyColumn, recordProcessed, recordReceived, scopeOf } from './receipts'
+import { fitsKeyColumn, recordProcessed, scopeOf } from './receipts'
 
 /**
  * The idempotent inbox. An inboxed messaging service (`inboxed: true`, whatever its kind: CAP's adapters hand every
@@ -65,14 +66,11 @@ export class Inbox {
    * Records `receipt` in the current transaction, the one that writes the message to the inbox `queue`; false for a
    * redelivery of a message received before (counted): it must not be written again.
    */
-  async receive(receipt: ReceiptRef, queue: string, tenant: string | undefined): Promise<boolean> {
-    if (await countRedelivery(receipt)) {
-      countDuplicate(receipt.scope, tenant)
-      LOG.info(`${queue}: dropped a redelivery of message ${receipt.ID} (${receipt.scope}): it was received before`)
-      return false
-    }
-    await recordReceived(receipt, Date.now())
-    return true
+  async receive(store: QueueStore, receipt: ReceiptRef, queue: string, tenant: string | undefined): Promise<boolean> {
+    if (await store.receive(receipt, Date.now())) return true
+    countDuplicate(receipt.scope, tenant)
+    LOG.info(`${queue}: dropped a redelivery of message ${receipt.ID} (${receipt.scope}): it was received before`)
+    return false
   }
 }
 

@@ -4,7 +4,8 @@ import type { ReceiptRef } from '../interfaces'
 /**
  * What receivers record, in `cds.outbox.Receipts` (db/consumer.cds): the IDs of inbound messages an inbox received
  * and the keys and responses of `@idempotent` operations. Every statement runs in the current transaction as CQL
- * (any database CAP runs on), so a receipt commits or rolls back with the receiver's own writes.
+ * (any database CAP runs on), so a receipt commits or rolls back with the receiver's own writes. The one that must
+ * not fail when another transaction records the same receipt, the inbox's, is the store's (`QueueStore.receive`).
  */
 
 export const RECEIPTS = 'cds.outbox.Receipts'
@@ -35,16 +36,6 @@ export function fitsKeyColumn(ID: string): boolean {
 }
 
 const iso = (ms: number) => new Date(ms).toISOString()
-
-/** Counts a redelivery of a receipt already recorded; false when there is none (the first delivery). */
-export async function countRedelivery(receipt: ReceiptRef): Promise<boolean> {
-  return Number(await UPDATE(RECEIPTS).set({ duplicates: { '+=': 1 } }).where(receipt)) > 0
-}
-
-/** An inbound message's receipt, not processed yet: it does not expire while the message waits in the inbox. */
-export async function recordReceived(receipt: ReceiptRef, now: number): Promise<void> {
-  await INSERT.into(RECEIPTS).entries({ ...receipt, state: 'received', recordedAt: iso(now) })
-}
 
 /** Marks an inbound message's receipt processed, kept for `retention` ms from now. */
 export async function recordProcessed(receipt: ReceiptRef, now: number, retention: number): Promise<void> {

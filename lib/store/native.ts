@@ -3,7 +3,7 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef } from '../interfaces'
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
@@ -388,6 +388,12 @@ export class NativeStore implements BatchingStore {
   async nextSequence(orderingKey: string): Promise<number> {
     const [row] = await this.rows<{ issued: unknown }>(statements.nextSequence(this.appid ?? null, orderingKey))
     return Number(row.issued)
+  }
+
+  /** See `QueueStore.receive`: an upsert that reads back how often the receipt was redelivered. */
+  async receive(receipt: ReceiptRef, now: number): Promise<boolean> {
+    const [row] = await this.rows<{ duplicates: unknown }>(statements.receive(receipt, now))
+    return Number(row.duplicates) === 0
   }
 
   /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */

@@ -1,4 +1,4 @@
-import type { Claim, NewMessage } from '../interfaces'
+import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import { iso, newRow } from './rows'
 import { deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits } from './rules'
 import type { Described } from './statements'
@@ -321,6 +321,19 @@ export function insertSequence(appid: string | null, orderingKey: string): Query
 /** The number a key's counter holds. */
 export function currentSequence(appid: string | null, orderingKey: string): Query {
   return SELECT.one.from(SEQUENCES).columns('issued').where(sequenceOf(appid, orderingKey))
+}
+
+/** What receivers record (db/consumer.cds). */
+const RECEIPTS = 'cds.outbox.Receipts'
+
+/** Counts a redelivery of a receipt; 0 rows when there is none yet. */
+export function countRedelivery(receipt: ReceiptRef): Query {
+  return UPDATE(RECEIPTS).set({ duplicates: { '+=': 1 } }).where(receipt)
+}
+
+/** An inbound message's receipt, not processed yet: it does not expire while the message waits in the inbox. */
+export function insertReceived(receipt: ReceiptRef, now: number): Query {
+  return INSERT.into(RECEIPTS).entries({ ...receipt, state: 'received', duplicates: 0, recordedAt: iso(now) })
 }
 
 /** Needs the database and the table, finds no row (no ID is null), through the primary key. */

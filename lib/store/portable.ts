@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
@@ -288,23 +288,17 @@ export class PortableStore implements QueueStore {
     await q.ping()
   }
 
-  /**
-   * See `QueueStore.nextSequence`. CQL has no upsert that increments: the counter is incremented, or created when the
-   * key has none. Two transactions creating one key's counter at once: the later one's INSERT fails on the key; on
-   * SAP HANA its transaction goes on and increments the counter the other created, on PostgreSQL the failed statement
-   * aborts the transaction (the native store, PostgreSQL's default, upserts instead).
-   */
+  /** See `QueueStore.nextSequence`: the key's counter incremented, or created (see `incrementOrInsert`), then read. */
   async nextSequence(orderingKey: string): Promise<number> {
     const appid = this.appid ?? null
-    if (Number(await q.incrementSequence(appid, orderingKey)) === 0) {
-      try {
-        await q.insertSequence(appid, orderingKey)
-      } catch {
-        await q.incrementSequence(appid, orderingKey)
-      }
-    }
+    await incrementOrInsert(() => q.incrementSequence(appid, orderingKey), () => q.insertSequence(appid, orderingKey))
     const row = (await q.currentSequence(appid, orderingKey)) as { issued: unknown }
     return Number(row.issued)
+  }
+
+  /** See `QueueStore.receive`: a redelivery counted, or the receipt inserted (see `incrementOrInsert`). */
+  async receive(receipt: ReceiptRef, now: number): Promise<boolean> {
+    return !(await incrementOrInsert(() => q.countRedelivery(receipt), () => q.insertReceived(receipt, now)))
   }
 
   /** See `QueueStore.tryLock`: CQL has no such locks. */
@@ -324,6 +318,23 @@ export class PortableStore implements QueueStore {
       indexNames: async () => new Set(((await db.run(dialect.indexesOf(TABLE))) as { name: string }[]).map(r => r.name.toLowerCase())),
       run: sql => db.run(sql)
     })
+  }
+}
+
+/**
+ * CQL has no upsert that increments: `increment` a row, or `insert` it where there is none; whether it existed. Two
+ * transactions inserting the same row at once: the later INSERT fails on the key. On SAP HANA its transaction goes
+ * on and increments the row the other one inserted; on PostgreSQL the failed statement aborts the transaction, which
+ * fails (the native store, PostgreSQL's default, upserts instead).
+ */
+async function incrementOrInsert(increment: () => q.Query, insert: () => q.Query): Promise<boolean> {
+  if (Number(await increment()) > 0) return true
+  try {
+    await insert()
+    return false
+  } catch (e) {
+    if (Number(await increment()) > 0) return true
+    throw e
   }
 }
 

@@ -1,5 +1,5 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef } from '../interfaces'
 import type { AttemptLimits, Retentions } from './rules'
 import type { Described } from './statements'
 
@@ -75,6 +75,12 @@ export interface QueueStore {
    * uses none (see db/consumer.cds).
    */
   nextSequence(orderingKey: string): Promise<number>
+  /**
+   * Records the receipt of an inbound message in the current transaction (see lib/receipts/inbox.ts); false when it
+   * was recorded before: the message is a redelivery, now counted. A transaction recording the same receipt at the
+   * same moment is waited for.
+   */
+  receive(receipt: ReceiptRef, now: number): Promise<boolean>
   /**
    * A lock on `name` for the current transaction, without waiting: false if another transaction holds it. True where
    * the database has no such locks (SQLite, whose single writer serialises anyway; the portable store).

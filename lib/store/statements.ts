@@ -1,4 +1,4 @@
-import type { Claim, NewMessage } from '../interfaces'
+import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
 import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
@@ -390,6 +390,21 @@ export function nextSequence(appid: string | null, orderingKey: string): Fragmen
     sql: `INSERT INTO ${SEQUENCES} (appid, orderingKey, issued) VALUES (?, ?, 1)
       ON CONFLICT (appid, orderingKey) DO UPDATE SET issued = ${SEQUENCES}.issued + 1 RETURNING issued AS "issued"`,
     params: [appid ?? '', orderingKey]
+  }
+}
+
+/** What receivers record (db/consumer.cds). */
+const RECEIPTS = 'cds_outbox_Receipts'
+
+/**
+ * An inbound message's receipt, new (duplicates 0), or the count of its redeliveries incremented, read back in one
+ * statement: a concurrent transaction recording the same receipt is waited for, then counted.
+ */
+export function receive({ scope, ID }: ReceiptRef, now: number): Fragment {
+  return {
+    sql: `INSERT INTO ${RECEIPTS} (scope, ID, state, duplicates, recordedAt) VALUES (?, ?, 'received', 0, ?)
+      ON CONFLICT (scope, ID) DO UPDATE SET duplicates = ${RECEIPTS}.duplicates + 1 RETURNING duplicates AS "duplicates"`,
+    params: [scope, ID, iso(now)]
   }
 }
 
