@@ -1,4 +1,5 @@
-import cds from '@sap/cds'
+import type cds from '@sap/cds'
+import { isOutboundMessage, sendsCloudEvents } from './cap/messaging'
 import type { DecodedMessage } from './codec'
 import type { MessageRow } from './interfaces'
 import { uuidOf } from './uuids'
@@ -49,7 +50,7 @@ export function structuredString(value: string): string {
 
 /** What a messaging service's consumer learns of the delivery, in the service's format. */
 function messagingHeaders(srv: cds.Service, delivery: Delivery, sequence: number | undefined): Record<string, unknown> {
-  if ((srv as { options?: { format?: unknown } }).options?.format !== 'cloudevents') {
+  if (!sendsCloudEvents(srv)) {
     return { [MESSAGE_ID_HEADER]: delivery.id, ...(sequence !== undefined && { [SEQUENCE_HEADER]: sequence }) }
   }
   const headers: Record<string, unknown> = { id: delivery.id, time: delivery.time }
@@ -69,7 +70,7 @@ export function wireHeaders(srv: cds.Service, message: DecodedMessage, delivery:
   if (!delivery) return stored
   const own = stored ?? {}
   let added: Record<string, unknown> = {}
-  if (srv instanceof cds.MessagingService && !message.request.inbound) added = messagingHeaders(srv, delivery, message.request.queue?.sequence)
+  if (isOutboundMessage(srv, message.request)) added = messagingHeaders(srv, delivery, message.request.queue?.sequence)
   else if (message.idempotencyKey) added = { [message.idempotencyKey]: structuredString(delivery.id) }
   const missing = Object.entries(added).filter(([name]) => !hasHeader(own, name))
   return missing.length ? { ...own, ...Object.fromEntries(missing) } : stored

@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { isInboundMessage } from '../cap/messaging'
 import { isDatabaseService } from '../cap/services'
 import { assertSize, decode, encode, newMessage, type Additions, type Dispatchable, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
@@ -90,7 +91,7 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
   const stored: Additions = { ...additions, idempotencyKey: plugin.settings.receivers.idempotencyKeys.get(original.name) }
   // Encoded first: a call refused here has written nothing (no receipt, no sequence number).
   let encoded = storable(req, context, original, queue, stored)
-  const receipt = req.inbound ? plugin.inbox.receiptOf(original.name, req) : undefined
+  const receipt = isInboundMessage(req) ? plugin.inbox.receiptOf(original.name, req) : undefined
   if (receipt && !(await plugin.inbox.receive(runner.store, receipt, queue.name, context.tenant))) return undefined
   markTenant(runner, context)
   if (task) {
