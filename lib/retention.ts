@@ -27,6 +27,8 @@ export type InTenant = <T>(tenant: string | undefined, fn: () => Promise<T>) => 
 export class Retention {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
+  /** The cleanup after the one in progress, shared by everyone who asks for one meanwhile (see `run`). */
+  private next: Promise<void> | undefined
   private stopped = false
 
   constructor(
@@ -46,13 +48,20 @@ export class Retention {
   stop(): Promise<void> {
     this.stopped = true
     clearTimeout(this.timer)
-    return this.running ?? Promise.resolve()
+    return this.next ?? this.running ?? Promise.resolve()
   }
 
-  /** Runs one cleanup now (a cleanup in progress is shared). */
+  /**
+   * Runs a cleanup that begins now, or right after the one in progress: that one may have passed rows written since
+   * it began (a cleanup now also prunes receipts, so it runs longer). Callers meanwhile share the next one.
+   */
   run(): Promise<void> {
-    this.running ??= this.cleanUp().finally(() => (this.running = undefined))
-    return this.running
+    if (!this.running) return (this.running = this.cleanUp().finally(() => (this.running = undefined)))
+    this.next ??= this.running.then(() => {
+      this.next = undefined
+      return this.run()
+    })
+    return this.next
   }
 
   /**
@@ -95,12 +104,12 @@ export class Retention {
   private async pruneReceipts(tenant: string | undefined): Promise<void> {
     const now = Date.now()
     let deleted = 0
-    let batch: number
-    do {
-      batch = await this.inTenant(tenant, () => pruneExpired(now, BATCH))
+    while (!this.stopped) {
+      const batch = await this.inTenant(tenant, () => pruneExpired(now, BATCH))
       deleted += batch
+      if (batch < BATCH) break
       await yielded()
-    } while (batch >= BATCH && !this.stopped)
+    }
     if (deleted) LOG._debug && LOG.debug(`deleted ${deleted} receipts past their receiptRetention${tenant ? ` (tenant ${tenant})` : ''}`)
   }
 

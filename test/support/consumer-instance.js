@@ -8,7 +8,8 @@
  * process (SIGKILL) right after the broker took it, before the queue records it as done.
  *
  * Receiver (ROLE=receiver): the action Receiver.book writes a booking and prints each attempt's Idempotency-Key;
- * KILL_FILE names a file holding a PID, killed (SIGKILL) once the first booking has committed, before it is answered.
+ * KILL_FILE names a file holding a PID, killed (SIGKILL) once the first booking has committed, before it is answered;
+ * with RELEASE_FILE a booking prints `booking` and waits until that file exists before it commits.
  * `bus` prints the CloudEvents id of each inbound copy the broker hands over; its subscriber of `orders/paid` writes
  * a record and prints the id of the message it processes.
  *
@@ -21,7 +22,12 @@ process.chdir(path.join(__dirname, '..', 'app'))
 const cds = require('@sap/cds')
 const { insertRecord } = require('./counting')
 
-const { ROLE, REMOTE, CRASH_AFTER_PUBLISH, KILL_FILE } = process.env
+const { ROLE, REMOTE, CRASH_AFTER_PUBLISH, KILL_FILE, RELEASE_FILE } = process.env
+
+/** Resolves once `file` exists. */
+async function released(file) {
+  while (!fs.existsSync(file)) await new Promise(resolve => setTimeout(resolve, 20))
+}
 
 if (ROLE === 'sender') {
   cds.on('served', async () => {
@@ -52,6 +58,10 @@ if (ROLE === 'receiver') {
     receiver.on('book', async req => {
       const ID = cds.utils.uuid()
       await insertRecord('booking', req.data.flight, ID)
+      if (RELEASE_FILE) {
+        console.log(`booking ${req.data.flight}`)
+        await released(RELEASE_FILE)
+      }
       req.on('succeeded', () => {
         if (killed || !KILL_FILE) return
         killed = true
