@@ -74,12 +74,12 @@ function upTo(last: { expiresAt: unknown; scope: string; ID: string }): { xpr: u
  */
 export async function pruneExpired(now: number, limit: number): Promise<number> {
   const expired = { expiresAt: { '<': iso(now) } }
-  const doomed = DELETE.from(RECEIPTS).where(expired)
   const last = (await SELECT.one.from(RECEIPTS).columns('expiresAt', 'scope', 'ID').where(expired).orderBy('expiresAt', 'scope', 'ID').limit(1, limit - 1)) as
     | { expiresAt: unknown; scope: string; ID: string }
     | undefined
-  if (last) doomed.and(upTo(last))
-  return Number(await doomed)
+  // bounded by the batch's last expiry, so the index range read is the batch's, not every expired receipt's
+  if (!last) return Number(await DELETE.from(RECEIPTS).where(expired))
+  return Number(await DELETE.from(RECEIPTS).where({ expiresAt: { '<=': last.expiresAt } }).and(upTo(last)))
 }
 
 /** Dropped redeliveries per scope of `kind` of this app (`appid`), over the receipts kept. */

@@ -1,6 +1,6 @@
 // Compiled by test/types.test.js with `tsc --noEmit`: the public API must type-check as users write it.
 import cds, { flush } from '@sap/cds'
-import type { EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
+import type { ConsumerServiceOptions, EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
 
 export async function usage(): Promise<void> {
   const { queued, unqueued } = cds as typeof cds & EventQueues
@@ -25,6 +25,12 @@ export async function usage(): Promise<void> {
   await builder.every('10m').as('replicate-airports').after('1h')
   srv.on('ping', req => {
     const info = (req as unknown as { queue: QueueMessageInfo }).queue
+    const sequence: number | undefined = info.sequence
+    void sequence, info.receipt?.ID
     return info.messageId
   })
+  const receipts: number = queued(srv, { receiptRetention: '2d' }).queued.receiptRetention
+  void receipts
+  const remote: ConsumerServiceOptions = { idempotencyKey: 'X-Request-ID', inboxed: { messageId: ['headers.x-event-id', 'data.ID'] } }
+  void remote
 }
