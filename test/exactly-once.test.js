@@ -1,40 +1,19 @@
 const fs = require('fs')
-const os = require('os')
 const path = require('path')
-const { onPostgres } = require('./support/app')
-const { startInstance, stopInstance } = require('./support/instances')
+const { consumerApps, exited, pending } = require('./support/consumer-apps')
 const { waitFor } = require('./support/wait')
 
 // Exactly-once effects between two CAP apps (issue 23, items 1 and 3): a queued call of one app (the sender) to an
 // action of another (the receiver) marked @idempotent, over HTTP on 127.0.0.1. The sender is killed (SIGKILL) after
 // the receiver committed and before the sender recorded the call as done: its retry carries the same
 // Idempotency-Key, and the receiver answers it from its record without running the action again.
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-exactly-once-'))
-const started = []
-afterAll(() => Promise.all(started.map(child => stopInstance(child))))
-
-/** A database of its own for each app: a SQLite file, or a database on the run's PostgreSQL server. */
-async function database(name) {
-  if (!onPostgres()) return { kind: 'sqlite', credentials: { url: path.join(dir, `${name}.sqlite`) } }
-  const postgres = require('./support/postgres')
-  const database = postgres.newDatabaseName()
-  await postgres.createDatabase(database)
-  return database
-}
-
-async function start(name, db, env, requires = {}, deploy = false) {
-  const child = await startInstance(db, { script: 'consumer-instance.js', name, env, requires, deploy, queue: { pollInterval: '300ms', timeout: '2s', backoff: { base: 50, max: 200 } } })
-  started.push(child)
-  return child
-}
+const { dir, database, start } = consumerApps('exactly-once')
 
 /** The records of `kind` in the app at `url`, read through its own OData service. */
 async function records(url, kind) {
   const res = await fetch(`${url}/odata/v4/target/Records?$filter=kind eq '${kind}'`)
   return (await res.json()).value
 }
-
-const exited = child => new Promise(resolve => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)))
 
 describe('exactly-once effects between two CAP apps', () => {
   test("a queued call whose sender is killed between the receiver's commit and its own runs the receiver's action once", async () => {
@@ -60,7 +39,7 @@ describe('exactly-once effects between two CAP apps', () => {
     expect(first).toMatch(/^"[0-9a-f-]{36}"$/)
     expect(retry).toBe(first)
     // the retry got the recorded response: the sender's queue is empty, the action ran once
-    await waitFor(async () => (await (await fetch(`${restarted.url}/pending`)).json()).length === 0, { timeout: 30000, what: "the sender's queue to empty" })
+    await waitFor(async () => (await pending(restarted)).length === 0, { timeout: 30000, what: "the sender's queue to empty" })
     expect(await records(receiver.url, 'booking')).toHaveLength(1)
   }, 240000)
 })

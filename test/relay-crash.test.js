@@ -1,34 +1,15 @@
-const fs = require('fs')
-const os = require('os')
 const path = require('path')
 const { onPostgres, onPortableStore } = require('./support/app')
-const { startInstance, stopInstance } = require('./support/instances')
+const { consumerApps, exited, pending } = require('./support/consumer-apps')
 const { waitFor } = require('./support/wait')
 
 // The relay crash the outbox pattern warns about (issue 23): the sender's relay publishes an event and dies before
 // it records the message as done, so after the restart it publishes the event again. The re-publish carries the
 // same CloudEvents id, and the receiving app's inbox drops it: its subscriber runs once. Two processes, each an app
 // with a database of its own, and CAP's file-based-messaging between them as the broker.
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-relay-crash-'))
+const { dir, database, start } = consumerApps('relay-crash')
 const bus = { kind: 'file-based-messaging', file: path.join(dir, 'bus'), format: 'cloudevents' }
-const started = []
-afterAll(() => Promise.all(started.map(child => stopInstance(child))))
 
-async function database(name) {
-  if (!onPostgres()) return { kind: 'sqlite', credentials: { url: path.join(dir, `${name}.sqlite`) } }
-  const postgres = require('./support/postgres')
-  const database = postgres.newDatabaseName()
-  await postgres.createDatabase(database)
-  return database
-}
-
-async function start(name, db, env, requires, deploy = false) {
-  const child = await startInstance(db, { script: 'consumer-instance.js', name, env, requires, deploy, queue: { pollInterval: '300ms', timeout: '2s', backoff: { base: 50, max: 200 } } })
-  started.push(child)
-  return child
-}
-
-const exited = child => new Promise(resolve => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)))
 const printed = (child, what) => [...child.output.matchAll(new RegExp(`${what} (\\S+)`, 'g'))].map(m => m[1])
 
 describe('a relay crash between publishing and completing', () => {
@@ -46,7 +27,7 @@ describe('a relay crash between publishing and completing', () => {
     // the relay again, on the sender's database: the message's claim expires, and it is published again
     const restarted = await start('sender-again', senderDb, { ROLE: 'sender' }, { bus })
     await waitFor(() => /published/.test(restarted.output), { timeout: 30000, what: 'the re-publish' })
-    await waitFor(async () => (await (await fetch(`${restarted.url}/pending`)).json()).length === 0, { timeout: 30000, what: "the sender's queue to empty" })
+    await waitFor(async () => (await pending(restarted)).length === 0, { timeout: 30000, what: "the sender's queue to empty" })
 
     // the receiver got both copies under one id; the second one was a redelivery of a processed ID, counted and dropped
     await waitFor(() => printed(receiver, 'inbound').length === 2, { timeout: 30000, what: 'both copies at the receiver' })
@@ -60,7 +41,7 @@ describe('a relay crash between publishing and completing', () => {
       await waitFor(async () => (await receipt())?.duplicates === 1, { timeout: 30000, what: 'the redelivery counted' })
     }
     // every copy the inbox took has run once its inbox is empty
-    await waitFor(async () => printed(receiver, 'received').length > 0 && (await (await fetch(`${receiver.url}/pending`)).json()).length === 0, { timeout: 30000, what: "the receiver's inbox to empty" })
+    await waitFor(async () => printed(receiver, 'received').length > 0 && (await pending(receiver)).length === 0, { timeout: 30000, what: "the receiver's inbox to empty" })
     expect(printed(receiver, 'received')).toEqual([first])
     const paid = await (await fetch(`${receiver.url}/odata/v4/target/Records?$filter=kind eq 'paid'`)).json()
     expect(paid.value.map(r => r.note)).toEqual([first])
