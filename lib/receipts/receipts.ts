@@ -1,5 +1,6 @@
 import { createHash } from 'crypto'
 import type { ReceiptRef } from '../interfaces'
+import { ascending } from '../store/portable-queries'
 
 /**
  * What receivers record, in `cds.outbox.Receipts` (db/consumer.cds): the IDs of inbound messages an inbox received
@@ -74,7 +75,7 @@ function upTo(last: { expiresAt: unknown; scope: string; ID: string }): { xpr: u
  */
 export async function pruneExpired(now: number, limit: number): Promise<number> {
   const expired = { expiresAt: { '<': iso(now) } }
-  const last = (await SELECT.one.from(RECEIPTS).columns('expiresAt', 'scope', 'ID').where(expired).orderBy('expiresAt', 'scope', 'ID').limit(1, limit - 1)) as
+  const last = (await SELECT.one.from(RECEIPTS).columns('expiresAt', 'scope', 'ID').where(expired).orderBy(...ascending('expiresAt', 'scope', 'ID')).limit(1, limit - 1)) as
     | { expiresAt: unknown; scope: string; ID: string }
     | undefined
   // bounded by the batch's last expiry, so the index range read is the batch's, not every expired receipt's

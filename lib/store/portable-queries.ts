@@ -22,7 +22,7 @@ const inList = (column: string, values: unknown[]): Cqn => ({ xpr: [ref(column),
  * Ascending, nulls last, as the indexes are built: @cap-js/postgres sorts ascending with NULLS FIRST unless told,
  * which no index on these columns serves, so every claim would sort the whole backlog.
  */
-const ascending = (...columns: string[]): string[] =>
+export const ascending = (...columns: string[]): string[] =>
   // CQN order items ({ ref, sort, nulls }); CAP's types only know the string forms
   columns.map(column => ({ ref: [column], sort: 'asc', nulls: 'last' }) as unknown as string)
 const all = (...terms: (Cqn | undefined)[]): Cqn => {
