@@ -138,11 +138,11 @@ describe('CAP contracts', () => {
   })
 
   describe('handlers: input (lib/cap/handlers.ts)', () => {
-    test("a handler registered with beforeInput sees a CREATE's data before CAP's input processing fills in a generated key", async () => {
+    test("srv.handle(req), which beforeInput wraps, receives a CREATE before CAP's input processing fills in a generated key", async () => {
       const { beforeInput } = require('../lib/cap/handlers')
       const srv = await cds.connect.to('Receiver')
       let seen
-      beforeInput(srv, 'CREATE', 'Bookings', req => void (seen ??= { ...req.data }))
+      beforeInput(srv, req => void (req.event === 'CREATE' && (seen ??= { ...req.data })))
       const created = await srv.create('Bookings').entries({ kind: 'contract', message: 'input' })
       expect(seen).toEqual({ kind: 'contract', message: 'input' })
       expect((await SELECT.one.from('test.Records').where({ kind: 'contract' })).ID).toMatch(/^[0-9a-f-]{36}$/)

@@ -3,8 +3,8 @@ import type cds from '@sap/cds'
 /**
  * CAP internal: a service lists its handlers in `srv.handlers.before` / `.on` / `.after`, each entry naming its event
  * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback. CAP's
- * generic input processing (generated keys, defaults) runs as an `_initial` handler on cds 9, a `before` handler on
- * cds 10 (see `beforeInput`). Contract: test/cap-contract.test.js "handlers".
+ * generic input processing (generated keys, defaults) runs after `srv.handle(req)` received a request, on cds 9 and
+ * 10 (see `beforeInput`). Contract: test/cap-contract.test.js "handlers", "handlers: input".
  */
 
 interface HandlerEntry {
@@ -65,12 +65,16 @@ export class Watchers {
 }
 
 /**
- * Registers `handler` to see a request of `event` (on `entity`) as the client sent it, before CAP's generic input
- * processing fills in generated keys and defaults: cds 9 runs that processing as an `_initial` handler, ahead of
- * every `before` handler, so this one is marked `_initial` too and put first; cds 10 has no such phase, its input
- * processing is a `before` handler of the service, and a prepended `before` handler starts first.
+ * Lets `handler` see every request of `srv` as the client sent it, before CAP's generic input processing fills in
+ * generated keys and defaults: cds 9 runs that processing as an `_initial` handler, cds 10 in
+ * `ApplicationService.handle` ahead of all handlers, and both receive the request through `srv.handle(req)`, which
+ * is wrapped here on the instance (a service's transactions inherit it).
  */
-export function beforeInput(srv: cds.Service, event: string, entity: string | undefined, handler: (req: cds.Request) => void): void {
-  const early = Object.assign((req: cds.Request) => handler(req), { _initial: true })
-  srv.prepend(() => (entity ? srv.before(event, entity, early) : srv.before(event, early)))
+export function beforeInput(srv: cds.Service, handler: (req: cds.Request) => void): void {
+  const service = srv as unknown as { handle(req: cds.Request): Promise<unknown> }
+  const handle = service.handle
+  service.handle = function (this: unknown, req: cds.Request) {
+    handler(req)
+    return handle.call(this, req)
+  }
 }

@@ -171,11 +171,11 @@ export function serveIdempotent(srv: cds.Service, options: IdempotentOperations 
     LOG.warn(`${srv.name}: ${marked.map(m => m.name).join(', ')} are marked ${ANNOTATION}, but without the persistent queue (cds.requires.queue: false) nothing records their keys: repeated requests run again`)
     return
   }
-  for (const each of marked) {
-    beforeInput(srv, each.event, each.entity, req => {
-      if (keyOf(req)) fingerprints.set(req, fingerprintOf(req, each))
-    })
-  }
+  const target = (each: Marked) => (each.entity ? `${srv.name}.${each.entity}` : undefined)
+  beforeInput(srv, req => {
+    const each = marked.find(m => m.event === req.event && (!m.entity || req.target?.name === target(m)))
+    if (each && keyOf(req)) fingerprints.set(req, fingerprintOf(req, each))
+  })
   srv.prepend(() => {
     for (const each of marked) {
       const handler = (req: cds.Request, next: () => Promise<unknown>) => answer(req, next, each, options)
