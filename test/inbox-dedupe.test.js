@@ -117,6 +117,15 @@ describe('the idempotent inbox', () => {
     expect(Date.parse(done.expiresAt) - Date.parse(done.recordedAt)).toBeGreaterThanOrEqual(week)
   })
 
+  test("by default the ID is CloudEvents' id, else the x-message-id header the plugin sends in other formats", async () => {
+    const runs = await subscribe('inbox', 'plain')
+    await deliver('inbox', 'plain', { headers: { 'x-message-id': 'm-plain' } })
+    await waitFor(inboxEmpty, { what: 'the first copy processed' })
+    await deliver('inbox', 'plain', { headers: { 'X-Message-ID': 'm-plain' } })
+    expect(await messages()).toEqual([])
+    expect(runs).toHaveLength(1)
+  })
+
   test('inboxed.messageId names where the ID is: a path into the data', async () => {
     const runs = await subscribe('eventIds', 'booked')
     await deliver('eventIds', 'booked', { id: 'header-1', data: { eventId: 'e-1', n: 1 } })
