@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
+import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
@@ -24,6 +25,8 @@ else {
   // The settings are compiled here, once; a configuration error stops the start.
   const plugin = activate(cds.env)
   installApi(plugin)
+  // Every messaging service is queued by default, also one the app configures with an `impl` of its own.
+  if (cds.env.requires) queueMessagingImpls(cds.env.requires)
 
   // Operations marked @idempotent answer a repeated Idempotency-Key from their record (lib/receipts).
   const { persistent, appid, queues } = plugin.settings

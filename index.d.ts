@@ -111,8 +111,9 @@ export interface QueueMessageInfo {
   /** 1 on the first attempt. */
   attempt: number
   /**
-   * Aborts on shutdown (after `shutdownGrace`), when the claim is lost to another instance, and after
-   * `handlerTimeout`; `signal.reason.code` is `'SHUTDOWN'`, `'LEASE_LOST'` or `'HANDLER_TIMEOUT'`.
+   * Aborts on shutdown (after `shutdownGrace`), when the claim is lost to another instance, after `handlerTimeout`,
+   * and when the message's tenant is unsubscribed; `signal.reason.code` is `'SHUTDOWN'`, `'LEASE_LOST'`,
+   * `'HANDLER_TIMEOUT'` or `'UNSUBSCRIBED'`.
    */
   signal: AbortSignal
   /** Set for scheduled tasks. */

@@ -252,3 +252,24 @@ export type Outcome =
   /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */
   | { kind: 'deferred'; dueAt: Date; alone?: boolean }
   | { kind: 'lost' }
+  /**
+   * Its handler did not finish within `handlerTimeout` and may still run: no longer renewed, the message is taken
+   * over once its lease expires, and that takeover counts the attempt.
+   */
+  | { kind: 'abandoned' }
+
+/** The compiled options of a messaging service of kind `redis-streams` (lib/messaging). Durations in ms. */
+export interface RedisStreamsSettings {
+  /** `credentials.uri` or `.url`, with the password in it: never logged (log `endpoint`). */
+  url: string
+  /** `host:port` of `url`, for log lines and errors. */
+  endpoint: string
+  /** The consumer group: one per app, all its instances share the stream's entries. */
+  group: string
+  /** This process's name in the group. */
+  consumer: string
+  /** How each XADD bounds its stream (approximately): by entry count, or by age. */
+  trim: { maxLength: number } | { maxAge: number }
+  /** Entries another consumer received and has not acknowledged for this long are claimed (XAUTOCLAIM). */
+  claimAfter: number
+}

@@ -1,4 +1,5 @@
 import { canonical, compileQueue, compileRunner, DEFAULT_QUEUE, idempotencyKeyHeader, inboxMessageId, queueSetting, type Raw } from './config'
+import { metaTenant, mtxsIsPlugin } from './cap/mtxs'
 import { invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { QueueRegistry } from './queues'
@@ -36,6 +37,25 @@ export interface Settings {
 export interface Environment {
   requires?: Raw
   appid?: unknown
+  /** The plugins cds found in the app's dependencies, by package name. */
+  plugins?: Record<string, unknown>
+}
+
+/**
+ * A multitenant app's queue needs @sap/cds-mtxs: each tenant's messages are in that tenant's database, found through
+ * MTX's list of subscribed tenants and the register in its tenant t0 (README, Multitenancy). Multitenancy without it
+ * (`cds.requires.db.multiTenant: true` of @cap-js/sqlite, which cds turns into `cds.requires.multitenancy`) is refused
+ * at start: otherwise every commit that enqueued in a tenant would fail on a t0 that does not exist.
+ */
+function requireMtxsWhereMultitenant(env: Environment): void {
+  if (metaTenant(env) === undefined || mtxsIsPlugin(env)) return
+  throw invalid(
+    'cds.requires.multitenancy',
+    env.requires?.multitenancy,
+    "@sap/cds-mtxs among the app's plugins (npm add @sap/cds-mtxs), as cds-event-queues finds each tenant's messages " +
+      'through MTX: its list of subscribed tenants, and its tenant t0, where every commit that enqueued registers its ' +
+      'tenant; or no multitenancy (cds.requires.db.multiTenant: true switches it on too)'
+  )
 }
 
 
@@ -98,6 +118,7 @@ export function compileSettings(env: Environment): Settings {
     if (!conf || typeof conf !== 'object' || name === DEFAULT_QUEUE) continue
     if (queueSetting(conf as Raw) !== undefined) queues.bind(name, conf as Raw)
   }
+  if (defaultQueue.persistent) requireMtxsWhereMultitenant(env)
   return {
     runner: compileRunner(global),
     queues,

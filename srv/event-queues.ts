@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { beforeDisconnect } from '../lib/cap/lifecycle'
 import { keepMethodBeside, requireRoles } from '../lib/cap/services'
-import { LagHistory } from '../lib/ops/lag-history'
+import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
 import { withDuplicates } from '../lib/receipts/statistics'
@@ -32,19 +32,33 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
   return filter
 }
 
+/**
+ * `lagHistory()` of the caller's tenant. A single tenant app samples its one database in the background, as the
+ * privileged system outside any request: the history must exist before anyone looks at it. A multitenant app keeps a
+ * history per tenant, each counted in that tenant's database and sampled when that tenant's operators ask
+ * (`TenantLagHistories`): one history would show every tenant's operator the others' queues and figures.
+ */
+function lagHistoryOf(queries: OperatorQueries, interval: number, multitenant: boolean): (tenant: string | undefined) => Promise<LagSample[]> {
+  if (multitenant) {
+    const counted = (tenant: string | undefined, at: number) =>
+      cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
+    const histories = new TenantLagHistories(counted, interval)
+    if (cds.db) beforeDisconnect(cds.db, () => histories.stop())
+    return tenant => histories.history(tenant)
+  }
+  const history = new LagHistory(at => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>, interval)
+  cds.once('served', () => history.start())
+  if (cds.db) beforeDisconnect(cds.db, () => history.stop())
+  return () => history.history()
+}
+
 /** Operations on the event queue: dead letters (CAP's recipe, plus bulk actions), pending messages, statistics. */
 export default class EventQueuesService extends cds.ApplicationService {
   override async init(): Promise<void> {
     const { settings, runner } = eventQueues()
     const queries = new OperatorQueries(settings.queues, settings.appid, settings.runner.store)
     requireRoles(this, settings.operatorRoles)
-    // Sampled as the privileged system, outside any request: the history must exist before anyone looks at it.
-    const sample = (at: number) => cds.tx(() => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
-    const history = new LagHistory(sample, settings.lagSampleInterval)
-    // A multitenant app's provider database has no queue table, and a history across tenants would show one
-    // tenant's operator the others' figures: there the page shows no history (README, Multitenancy).
-    if (!runner.tenants.multitenant) cds.once('served', () => history.start())
-    if (cds.db) beforeDisconnect(cds.db, () => history.stop())
+    const lagHistory = lagHistoryOf(queries, settings.lagSampleInterval, runner.tenants.multitenant)
 
     /** Revived messages run right away, not at the next poll; after commit, so the runner sees them. */
     const wakeAfterCommit = (req: Request) => req.on('succeeded', () => runner.wake(req.tenant))
@@ -99,7 +113,7 @@ export default class EventQueuesService extends cds.ApplicationService {
     // the inboxes' dropped redeliveries beside the queues' counts (lib/receipts)
     const noMessages = { pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 }
     this.on('statistics', async () => withDuplicates(await queries.statistics(), settings.queues, settings.appid, noMessages))
-    this.on('lagHistory', () => history.history())
+    this.on('lagHistory', (req: Request) => lagHistory(req.tenant))
 
     await super.init()
   }

@@ -2,6 +2,7 @@ const { execFile } = require('child_process')
 const path = require('path')
 const { promisify } = require('util')
 const { startApp, APP, onPostgres } = require('./support/app')
+const { waitFor } = require('./support/wait')
 const cds = require('@sap/cds')
 
 /**
@@ -13,7 +14,8 @@ const app = startApp({
     queue: { pollInterval: '1h' },
     // lib/cap/messaging.ts: an inbox configured with an object
     contractInbox: { kind: 'local-messaging', inboxed: { messageId: 'data.ID' }, outboxed: false }
-  }
+  },
+  log: { levels: { 'redis-messaging': 'silent' } }
 })
 
 // A custom route between CAP's middlewares, as the ops page is mounted (lib/cap/middlewares.ts).
@@ -87,6 +89,27 @@ describe('CAP contracts', () => {
         calls.push(Array.isArray(rows) ? 'rows' : typeof rows)
       })
       expect(calls).toEqual(['hook', 'rows'])
+    })
+
+    test("a transaction's first statement begins it through its own `begin`, before a connection is taken: a throwing one keeps it from taking any", async () => {
+      const { transactionOfContext, beforeBegin } = transactions()
+      await cds.tx(async () => {
+        // a service's transaction whose handlers reach the database only later, as a queued message's does
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => {
+          throw new Error('not in this tenant')
+        })
+        await expect(INSERT.into('Target.Records').entries({ ID: cds.utils.uuid(), kind: 'contract' })).rejects.toThrow('not in this tenant')
+        expect([tx.ready, tx.dbc]).toEqual([undefined, undefined])
+      })
+      let begun
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        beforeBegin(tx, () => (begun = 'checked'))
+        await SELECT.one.from('Target.Records')
+        expect(tx.dbc).toBeTruthy()
+      })
+      expect(begun).toBe('checked')
     })
   })
 
@@ -239,6 +262,14 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('mtxs (lib/cap/mtxs.ts; with @sap/cds-mtxs: test/multitenancy.sqlite.test.js)', () => {
+    test("cds.env.plugins lists the app's plugins: not @sap/cds-mtxs where the app does not depend on it", () => {
+      const { mtxsIsPlugin } = require('../lib/cap/mtxs')
+      expect(Object.keys(cds.env.plugins)).toContain('cds-event-queues')
+      expect(mtxsIsPlugin()).toBe(false)
+    })
+  })
+
   describe('database options (lib/cap/database-options.ts)', () => {
     test('db.options.credentials hold what cds.requires.db configures, enough for a connection of its own', async () => {
       if (!onPostgres()) return expect(cds.db.options.credentials).toHaveProperty('url')
@@ -328,6 +359,95 @@ describe('CAP contracts', () => {
       } finally {
         await new Promise(resolve => server.close(resolve))
       }
+    })
+
+    // CAP's base messaging service, not local-messaging (which keeps topics as they are); configured, so that the
+    // runner finds it by name
+    const connect = (name, options = {}) => {
+      cds.requires[name] = { impl: '@sap/cds/libx/_runtime/messaging/service.js', outboxed: false, ...options }
+      return cds.connect.to(name)
+    }
+    const { outbound, subscribedTopics, listensToAll, deliverInbound, markRelayed } = require('../lib/cap/messaging')
+
+    test('srv.message4(msg) gives the topic with publishPrefix and, with format cloudevents, the CloudEvents attributes', async () => {
+      const srv = await connect('ContractMessaging', { format: 'cloudevents', publishPrefix: 'pre/' })
+      const message = outbound(srv, new cds.Event({ event: 'orders/created', data: { n: 1 }, headers: { 'x-own': 'kept' } }))
+      expect(message).toEqual({
+        event: 'pre/orders/created',
+        data: { n: 1 },
+        headers: expect.objectContaining({ 'x-own': 'kept', specversion: '1.0', type: 'orders/created', id: expect.any(String), time: expect.any(String) })
+      })
+    })
+
+    test('srv.on fills srv.subscribedTopics with the topic (subscribePrefix applied); srv.on("*") sets _listenToAll', async () => {
+      const srv = await connect('ContractSubscriber', { subscribePrefix: 'sub/' })
+      srv.on('orders/created', () => {})
+      expect(subscribedTopics(srv)).toEqual(['sub/orders/created'])
+      expect(listensToAll(srv)).toBe(false)
+      srv.on('*', () => {})
+      expect(listensToAll(srv)).toBe(true)
+    })
+
+    test("srv.processInboundMsg runs the subscriber in a transaction and resolves once it committed, rejects when it failed", async () => {
+      const srv = await connect('ContractInbound')
+      srv.on('orders/created', async msg => {
+        await INSERT.into('Target.Records').entries({ ID: msg.data.ID, kind: 'inbound' })
+        if (msg.data.fail) throw new Error('subscriber failed')
+      })
+      const ok = cds.utils.uuid()
+      await deliverInbound(srv, undefined, { event: 'orders/created', data: { ID: ok }, headers: {} })
+      // committed: another transaction sees it
+      expect(await cds.tx(() => SELECT.one.from('Target.Records').where({ ID: ok }))).toMatchObject({ kind: 'inbound' })
+      const failing = cds.utils.uuid()
+      await expect(deliverInbound(srv, undefined, { event: 'orders/created', data: { ID: failing, fail: true }, headers: {} })).rejects.toThrow('subscriber failed')
+      expect(await cds.tx(() => SELECT.one.from('Target.Records').where({ ID: failing }))).toBeUndefined()
+    })
+
+    test('with inboxed: true, srv.processInboundMsg writes the inbox row through cds.queued(srv) and resolves once it committed', async () => {
+      const srv = await connect('ContractInbox', { inboxed: true })
+      const received = []
+      srv.on('orders/created', msg => received.push(msg.data.n))
+      await deliverInbound(srv, undefined, { event: 'orders/created', data: { n: 7 }, headers: {} })
+      // committed when it resolved: the row is there, or the runner already ran it from there
+      const rows = await cds.tx(() => SELECT.from('cds.outbox.Messages').where({ msg: { like: '%"service":"ContractInbox"%' } }))
+      expect(rows.length + received.length).toBeGreaterThan(0)
+      await cds.flush()
+      expect(received).toEqual([7])
+    })
+
+    test("CAP's Redis adapter fails a message marked as relayed (_fromOutbox) at once while its connection is down", async () => {
+      const redis = require('../scripts/redis-server')
+      const server = await redis.startServer({ password: 'secret' })
+      const adapter = cds.unqueued(await cds.connect.to('ContractRedis', { kind: 'redis-messaging', credentials: { uri: `redis://default:secret@127.0.0.1:${server.port}` } }))
+      try {
+        await redis.haltServer(server, 'SIGKILL')
+        await waitFor(() => !adapter.client.isReady, { what: "the adapter's client to notice" })
+        const event = new cds.Event({ event: 'orders/created', data: {} })
+        markRelayed(event)
+        await expect(adapter.tx({}, tx => tx.dispatch(event))).rejects.toThrow('Redis connection not ready')
+      } finally {
+        adapter.client.destroy()
+        await redis.stopServer(server)
+      }
+    })
+  })
+
+  describe('connect options (lib/cap/connect-options.ts)', () => {
+    test('cds.connect.to reads cds.requires[name] when it connects (a getter there runs then) and queues by its outboxed', async () => {
+      const read = []
+      cds.requires.ContractLazy = { impl: 'srv/plain-service.js' }
+      Object.defineProperty(cds.requires.ContractLazy, 'outboxed', { enumerable: true, get: () => (read.push('outboxed'), true) })
+      const srv = await cds.connect.to('ContractLazy')
+      expect(read.length).toBeGreaterThan(0)
+      expect(srv).not.toBe(cds.unqueued(srv))
+    })
+
+    test("a string impl is loaded from cds.root (CAP's factory): the class the plugin inspects is the one CAP instantiates", async () => {
+      cds.requires.ContractCustom = { impl: 'srv/custom-messaging.js' }
+      require('../lib/cap/connect-options').queueMessagingImpls({ ContractCustom: cds.requires.ContractCustom })
+      const srv = await cds.connect.to('ContractCustom')
+      expect(cds.unqueued(srv)).toBeInstanceOf(require(require('path').join(cds.root, 'srv/custom-messaging.js')))
+      expect(srv).not.toBe(cds.unqueued(srv))
     })
   })
 

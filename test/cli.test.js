@@ -292,12 +292,18 @@ describe('the CLI refuses bad input with exit code 2, and a failing database wit
     [['revive'], 'Invalid arguments of cds-event-queues revive: "none". Expected message IDs, or --all'],
     [['revive', '--queue', 'q'], 'Invalid arguments of cds-event-queues revive: "filters without --all".'],
     [['dead', '--limit', 'ten'], 'Invalid --limit: "ten". Expected an integer >= 0.'],
-    [['status', '--queue', 'q'], 'Invalid option of cds-event-queues status: "--queue". Expected one of --json, --max-lag, --max-dead, --profile, --help.']
+    [['status', '--queue', 'q'], 'Invalid option of cds-event-queues status: "--queue". Expected one of --json, --max-lag, --max-dead, --profile, --tenant, --help.']
   ])('%j', async (args, message) => {
     const res = await runCli(args)
     expect(res.code).toBe(2)
     expect(res.stderr.startsWith(message)).toBe(true)
     expect(res.stderr).toContain('Run cds-event-queues --help')
+  })
+
+  test('--tenant in an app that is not multitenant (with one: test/multitenancy.sqlite.test.js)', async () => {
+    const res = await runCli(['status', '--tenant', 't1'])
+    expect(res.code).toBe(2)
+    expect(res.stderr).toBe('Invalid option --tenant of cds-event-queues status: "t1". Expected no tenant: the project is not multitenant (cds.requires.multitenancy is not set).\n')
   })
 
   test('outside a CAP project it says where to run it', async () => {

@@ -3,7 +3,7 @@ const { waitFor } = require('./support/wait')
 const { MESSAGES, messages } = require('./support/outbox')
 const cds = require('@sap/cds')
 
-startApp({ requires: { queue: { backoff: { base: 5, max: 20 } } } })
+startApp({ requires: { queue: { backoff: { base: 5, max: 20 } }, CustomMessaging: { impl: 'srv/custom-messaging.js' } } })
 
 /** Emits `event` on the service as a consumer would (cds.connect.to applies the configuration). */
 async function emitOn(name, event, data = {}) {
@@ -55,6 +55,10 @@ describe('configuration', () => {
   test('messaging services are queued by default, local-messaging and file-based-messaging included', async () => {
     expect(await isQueued('messaging')).toEqual({ queued: true, target: 'queue' })
     expect(await isQueued('fileMessaging')).toEqual({ queued: true, target: 'queue' })
+  })
+
+  test('a messaging service of the app configured only with impl (a cds.MessagingService subclass) is queued by default', async () => {
+    expect(await isQueued('CustomMessaging')).toEqual({ queued: true, target: 'queue' })
   })
 
   test('outboxed: false opts a messaging service out', async () => {

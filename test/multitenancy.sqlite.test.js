@@ -4,6 +4,7 @@ const { startApp } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES, capRow } = require('./support/outbox')
 const { monitor } = require('./support/monitor')
+const { runCli } = require('./support/cli')
 const cds = require('@sap/cds')
 
 // A multitenant app as capire's multitenancy guide sets one up: @sap/cds-mtxs in process, SQLite with a database
@@ -87,6 +88,66 @@ describe('multitenancy: a database per tenant', () => {
     expect((await pending('t2')).map(r => r.lastError)).toEqual(['failed in t2'])
   })
 
+  describe("every operator entry point returns the caller's tenant only", () => {
+    // dead letters of a queue only t1 has and one only t2 has: a figure or a queue name of the other must not show
+    const deadIn = (tenant, target, count) =>
+      inTenant(tenant, () => INSERT.into(MESSAGES).entries(Array.from({ length: count }, () => ({ ...capRow({ event: 'record', service: 'Work', target }), attempts: 20, lastError: `dead in ${tenant}` }))))
+    const as = username => ({ auth: { username } })
+    const OWN = { alice: { queue: 'orders-t1', dead: 2, other: 'billing-t2' }, erin: { queue: 'billing-t2', dead: 3, other: 'orders-t1' } }
+    const newest = (samples, queue) => samples.filter(s => s.queue === queue).at(-1)
+    /** What `rows` (samples, statistics or messages) show of the other tenant's queue, named with whom they were shown to. */
+    const leaked = (user, rows) => ({ user, leaked: rows.filter(r => (r.queue ?? r.target) === OWN[user].other) })
+
+    beforeAll(async () => {
+      await deadIn('t1', 'orders-t1', 2)
+      await deadIn('t2', 'billing-t2', 3)
+    })
+    afterAll(async () => {
+      for (const tenant of ['t1', 't2']) await inTenant(tenant, () => DELETE.from(MESSAGES).where({ target: { in: ['orders-t1', 'billing-t2'] } }))
+    })
+
+    test('OData: statistics() and lagHistory(), asked one after the other and at once', async () => {
+      const lagHistory = user => test_.GET('/odata/v4/event-queues/lagHistory()', as(user)).then(res => ({ user, samples: res.data.value }))
+      const asked = [await lagHistory('alice'), await lagHistory('erin'), ...(await Promise.all([lagHistory('alice'), lagHistory('erin')]))]
+      for (const { user, samples } of asked) {
+        expect(leaked(user, samples)).toEqual({ user, leaked: [] })
+        expect(newest(samples, OWN[user].queue)).toMatchObject({ dead: OWN[user].dead })
+      }
+      for (const user of ['alice', 'erin']) {
+        const statistics = (await test_.GET('/odata/v4/event-queues/statistics()', as(user))).data.value
+        expect(leaked(user, statistics)).toEqual({ user, leaked: [] })
+      }
+    })
+
+    test("the ops page: what it loads for an operator (its reads in ops-page/page.js) is that operator's tenant's", async () => {
+      for (const user of ['alice', 'erin']) {
+        expect((await test_.GET('/event-queues/', as(user))).status).toBe(200)
+        // the page reads the operator service relative to itself, with the operator's own credentials
+        const read = async what => (await test_.GET(new URL(`../odata/v4/event-queues/${what}`, 'http://page/event-queues/').pathname, as(user))).data.value
+        const { queue, dead } = OWN[user]
+        const [statistics, history, deadLetters] = await Promise.all([read('statistics()'), read('lagHistory()'), read('DeadOutboxMessages?$top=200&$count=true')])
+        expect(leaked(user, [...statistics, ...history, ...deadLetters])).toEqual({ user, leaked: [] })
+        expect(deadLetters.filter(r => r.target === queue)).toHaveLength(dead)
+        expect(newest(history, queue)).toMatchObject({ dead })
+      }
+    })
+
+    test('the CLI: --tenant names the tenant; in a multitenant app it is required', async () => {
+      const status = await runCli(['status', '--json', '--tenant', 't1'], { cwd: MT_APP })
+      expect([status.code, status.stderr]).toEqual([0, ''])
+      const rows = JSON.parse(status.stdout)
+      expect(leaked('alice', rows)).toEqual({ user: 'alice', leaked: [] })
+      expect(rows.find(r => r.queue === OWN.alice.queue)).toMatchObject({ dead: OWN.alice.dead })
+      const listed = await runCli(['dead', '--json', '--tenant', 't2'], { cwd: MT_APP })
+      expect([listed.code, listed.stderr]).toEqual([0, ''])
+      expect(leaked('erin', JSON.parse(listed.stdout))).toEqual({ user: 'erin', leaked: [] })
+      expect(JSON.parse(listed.stdout).filter(r => r.target === OWN.erin.queue)).toHaveLength(OWN.erin.dead)
+      const without = await runCli(['status'], { cwd: MT_APP })
+      expect(without.code).toBe(2)
+      expect(without.stderr).toMatch(/^Invalid option --tenant of cds-event-queues status: undefined\. Expected the tenant whose messages to operate on/)
+    }, 120000)
+  })
+
   test('an unsubscribed tenant is no longer looked into: its pending messages are not retried against a database that is gone', async () => {
     const work = await cds.connect.to('Work')
     cds.unqueued(work).on('refuse', () => {
@@ -109,6 +170,78 @@ describe('multitenancy: a database per tenant', () => {
     expect(fs.existsSync(file)).toBe(false)
   })
 
+  test("a tenant's handler that runs longer than its lease keeps its claim: the lease is renewed in the tenant's database", async () => {
+    // the app's own service on a queue of its own with a 2 s lease, renewed every third of it while the handler runs
+    const srv = await cds.connect.to('Tenant')
+    const queued = cds.queued(srv, { timeout: '2s' })
+    const runs = []
+    srv.on('long', async req => {
+      const run = { tenant: cds.context.tenant, started: Date.now() }
+      runs.push(run)
+      await new Promise(resolve => (setTimeout(resolve, 6000), req.queue.signal.addEventListener('abort', resolve)))
+      Object.assign(run, { ms: Date.now() - run.started, aborted: req.queue.signal.reason?.code ?? false })
+    })
+    await inTenant('t1', () => queued.emit('long', {}))
+    await waitFor(() => runs[0]?.ms !== undefined, { timeout: 30000, what: 'the long handler to end' })
+    await waitFor(async () => (await pending('t1')).every(r => r.target !== 'Tenant'), { what: 'its row to be completed' })
+    expect(runs).toEqual([expect.objectContaining({ tenant: 't1', aborted: false })])
+  }, 60000)
+
+  test('an unsubscribe while handlers of the tenant run abandons them without a write: its database stays gone, nothing fails after', async () => {
+    const work = await cds.connect.to('Work')
+    const runner = require('../lib/plugin').eventQueues().runner
+    const file = test_.dbFile.replace(/\.sqlite$/, '-t5.sqlite')
+    const started = []
+    const ended = []
+    let release
+    const released = new Promise(resolve => (release = resolve))
+    // as Work's 'record' handler does: it waits (here for the test) or until its signal aborts, then writes in its tenant
+    cds.unqueued(work).on('hold', async req => {
+      started.push(req.data.seq)
+      await Promise.race([released, new Promise(resolve => req.queue.signal.addEventListener('abort', resolve))])
+      try {
+        await INSERT.into('mt.Done').entries({ ID: cds.utils.uuid(), tenant: cds.context.tenant, seq: req.data.seq })
+      } finally {
+        ended.push(req.data.seq)
+      }
+    })
+    await subscribe('t5')
+    await inTenant('t5', async () => {
+      for (let seq = 0; seq < 20; seq++) await work.emit('hold', { seq })
+    })
+    await waitFor(() => started.length > 0, { what: 'a handler of t5 to run' })
+
+    // from the unsubscribe on: every outcome, and every warning or error of the queue (silent in this app otherwise)
+    const outcomes = []
+    const outcome = e => outcomes.push(e)
+    monitor().on('outcome', outcome)
+    cds.log('queue', 'warn')
+    const spies = ['error', 'warn'].map(level => jest.spyOn(cds.log('queue'), level))
+    try {
+      const res = await test_.DELETE('/-/cds/saas-provisioning/tenant/t5', { auth: { username: 'yves' } })
+      expect(res.status).toBeLessThan(300)
+      expect(fs.existsSync(file)).toBe(false)
+      release()
+      await waitFor(() => ended.length === started.length, { what: "t5's handlers to end" })
+      expect(fs.existsSync(file)).toBe(false)
+      // their slots are done, and a pass of the runner after that found nothing to do
+      await waitFor(() => !runner.busy, { what: 'the runner to hold no handler' })
+      await monitor().next('idle', () => true, 30000)
+      expect(fs.existsSync(file)).toBe(false)
+      expect(outcomes).toEqual([])
+      expect(spies.flatMap(spy => spy.mock.calls).map(args => args.join(' '))).toEqual([])
+    } finally {
+      monitor().off('outcome', outcome)
+      for (const spy of spies) spy.mockRestore()
+      cds.log('queue', 'silent')
+    }
+
+    // subscribed again, the tenant's messages run as before
+    await subscribe('t5')
+    await inTenant('t5', () => work.emit('record', { seq: 100 }))
+    expect(await waitFor(async () => (await done('t5')).find(r => r.seq === 100), { what: "t5's message after it subscribed again" })).toMatchObject({ tenant: 't5' })
+  }, 60000)
+
   test("a recurring task scheduled in a tenant recurs in that tenant only, and is unscheduled there", async () => {
     const work = await cds.connect.to('Work')
     const ticks = []
@@ -130,7 +263,8 @@ describe('multitenancy: a database per tenant', () => {
 
   // lib/cap/mtxs.ts: what the runner relies on of @sap/cds-mtxs (the contract of that adapter)
   test('cap contract "mtxs": subscribed tenants without t0; t0 has CAP\'s table without the plugin\'s columns, and takes a row of just those', async () => {
-    const { subscribedTenants, insertIntoMetaTenant } = require('../lib/cap/mtxs')
+    const { subscribedTenants, insertIntoMetaTenant, mtxsIsPlugin } = require('../lib/cap/mtxs')
+    expect(mtxsIsPlugin()).toBe(true)
     expect(await subscribedTenants()).toEqual(expect.arrayContaining(TENANTS))
     expect(await subscribedTenants()).not.toContain('t0')
     const columns = await inTenant('t0', () => cds.db.run("SELECT name FROM pragma_table_info('cds_outbox_Messages')"))

@@ -107,6 +107,30 @@ describe('the lag history', () => {
     expect(point.relayLag).toBe(Math.floor((Date.parse(point.at) - enqueued) / 1000))
   })
 
+  test('history() ends with a sample counted after it was asked, also while a sample begun before is still counting', async () => {
+    let now = Date.parse('2026-01-01T10:00:00.000Z')
+    const pending = []
+    const history = new LagHistory(
+      at => new Promise(resolve => pending.push(() => resolve([{ queue: 'queue', pending: 1, processing: 0, dead: 0, relayLag: at }]))),
+      1000,
+      () => now
+    )
+    const timerSample = history.sample() // the sampler's own sample, begun at 10:00:00.000
+    now += 69
+    const asked = now
+    const answer = history.history()
+    // release each count as it is asked for, until the answer is there
+    let done = false
+    answer.then(() => (done = true))
+    while (!done) {
+      await new Promise(resolve => setImmediate(resolve))
+      pending.shift()?.()
+    }
+    await timerSample
+    const samples = await answer
+    expect(Date.parse(samples.at(-1).at)).toBeGreaterThanOrEqual(asked)
+  })
+
   test('stop waits for the sample in progress and takes no more, so the database can disconnect', async () => {
     let release
     let calls = 0
@@ -127,6 +151,26 @@ describe('the lag history', () => {
     expect(calls).toBe(1)
     expect((await history.history()).map(s => s.relayLag)).toEqual([1])
     expect(calls).toBe(1)
+  })
+
+  test('per tenant (a multitenant app): each tenant has its own history, sampled when asked, and is forgotten after an hour unasked', async () => {
+    const { TenantLagHistories } = require('../lib/ops/lag-history')
+    let now = Date.parse('2026-01-01T10:00:00Z')
+    const counted = []
+    const histories = new TenantLagHistories(async (tenant, at) => {
+      counted.push(tenant)
+      return [{ queue: `queue-of-${tenant}`, pending: 1, processing: 0, dead: 0, relayLag: (at - Date.parse('2026-01-01T10:00:00Z')) / 1000 }]
+    }, 1000, () => now)
+    expect((await histories.history('t1')).map(s => s.queue)).toEqual(['queue-of-t1'])
+    expect((await histories.history('t2')).map(s => s.queue)).toEqual(['queue-of-t2'])
+    now += 1000
+    expect((await histories.history('t1')).map(s => [s.queue, s.relayLag])).toEqual([['queue-of-t1', 0], ['queue-of-t1', 1]])
+    expect(counted).toEqual(['t1', 't2', 't1'])
+    // t2 unasked for more than the window: its samples are gone with it; t1 keeps those of the last hour
+    now += HISTORY_WINDOW
+    expect((await histories.history('t2')).map(s => s.relayLag)).toEqual([3601])
+    await histories.stop()
+    expect(await histories.history('t1')).toEqual([])
   })
 
   test('a sample the database refuses costs that point only', async () => {

@@ -18,6 +18,16 @@ describe('the plugin package', () => {
     expect(plugin.impl).toBe(path.join(fs.realpathSync(link), 'cds-plugin.js'))
   })
 
+  test('importing its modules reads no cds.env, so a test may require them before cds.test() sets the app\'s root', () => {
+    // cds.env is a getter that caches its result on first read: read too early, it is the environment of the
+    // test's working directory, without the app's plugins and database.
+    const script = `
+      const cds = require('@sap/cds')
+      for (const m of ['./lib/plugin', './lib/runner/runner', './lib/api/install']) require(m)
+      process.stdout.write(String(Object.getOwnPropertyNames(cds).includes('env')))`
+    expect(execFileSync(process.execPath, ['-e', script], { cwd: path.join(__dirname, '..'), encoding: 'utf8' })).toBe('false')
+  })
+
   test('the published package holds the compiled JavaScript, the CDS models and the README, no TypeScript sources', () => {
     const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
       cwd: path.join(__dirname, '..'), encoding: 'utf8'

@@ -4,19 +4,20 @@ const { waitFor } = require('./support/wait')
 const { MESSAGES, messages, millis } = require('./support/outbox')
 const cds = require('@sap/cds')
 
-const SERVICES = ['CallsRemote', 'SaysRetryAfter', 'Limited', 'Paced', 'Guarded']
+const SERVICES = ['CallsRemote', 'SaysRetryAfter', 'Limited', 'Paced', 'Guarded', 'Hanging', 'HangingProbe']
 // the queue's log at info: the circuit breaker's state changes are part of what is tested
 startApp({ requires: Object.fromEntries(SERVICES.map(name => [name, { impl: 'srv/plain-service.js' }])), log: { levels: { queue: 'info' } } })
 
 /**
  * A local HTTP server standing for a remote system: `answers` are taken in turn, one per request (status and
- * headers); once they run out it answers 200.
+ * headers, or `hang`: it never answers); once they run out it answers 200.
  */
 async function remoteSystem() {
   const answers = []
   const server = http.createServer((req, res) => {
     req.resume()
-    const { status = 200, headers = {} } = answers.shift() ?? {}
+    const { status = 200, headers = {}, hang } = answers.shift() ?? {}
+    if (hang) return
     res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(status === 200 ? '{"ok":true}' : '{"error":{"message":"busy"}}')
   })
   await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
@@ -31,12 +32,24 @@ async function queueWith(name, options, event, handler) {
   return cds.queued(srv, options)
 }
 
-/** Lines of the queue's logger (`cds.log('queue')`, warn and info) matching `pattern`, while `fn` runs. */
-async function logged(pattern, fn) {
-  const spies = ['warn', 'info'].map(level => jest.spyOn(cds.log('queue'), level))
+/**
+ * Lines of the queue's logger (`cds.log('queue')`, warn and info) matching `pattern`, in the order logged while `fn`
+ * runs, each as `{ line, at }`: `at` is what `at()` returned when it was logged (the state of the test at that moment).
+ */
+async function logged(pattern, fn, at = () => undefined) {
+  const LOG = cds.log('queue')
+  const lines = []
+  const spies = ['warn', 'info'].map(level => {
+    const log = LOG[level]
+    return jest.spyOn(LOG, level).mockImplementation((...args) => {
+      const line = args.join(' ')
+      if (pattern.test(line)) lines.push({ line, at: at() })
+      return log.apply(LOG, args)
+    })
+  })
   try {
     await fn()
-    return spies.flatMap(s => s.mock.calls).map(args => args.join(' ')).filter(line => pattern.test(line))
+    return lines
   } finally {
     for (const spy of spies) spy.mockRestore()
   }
@@ -49,12 +62,16 @@ describe('protecting remote systems', () => {
     api = await cds.connect.to('RemoteApi', { kind: 'rest', credentials: { url: remote.url, authentication: 'NoAuthentication' } })
   })
   afterAll(() => remote.close())
-  afterEach(() => DELETE.from(MESSAGES))
+  afterEach(async () => {
+    remote.answers.length = 0
+    await DELETE.from(MESSAGES)
+  })
 
   describe('Retry-After', () => {
     let queued
     beforeAll(async () => {
-      queued = await queueWith('CallsRemote', { backoff: { base: 1000, factor: 1.5 } }, 'call', () => api.get('/ping'))
+      // a backoff long enough that no retry comes due while the test's flush() runs, however loaded the machine
+      queued = await queueWith('CallsRemote', { backoff: { base: 60_000, factor: 1.5 } }, 'call', () => api.get('/ping'))
     })
 
     /** Emits one `call`, lets it fail once and returns its row. */
@@ -82,8 +99,8 @@ describe('protecting remote systems', () => {
     test('a 429 without Retry-After waits the queue\'s backoff', async () => {
       remote.answers.push({ status: 429 })
       const row = await failedOnce()
-      // (1.5^1 - 1) * 1000 ms after a first failure
-      expect(millis(row.dueAt) - millis(row.lastAttemptTimestamp)).toBe(500)
+      // (1.5^1 - 1) * 60000 ms after a first failure
+      expect(millis(row.dueAt) - millis(row.lastAttemptTimestamp)).toBe(30_000)
     })
 
     test('an error with retryAfter (seconds) set by the handler is honoured the same way', async () => {
@@ -139,18 +156,61 @@ describe('protecting remote systems', () => {
         await cds.tx(async () => {
           for (let n = 0; n < 5; n++) await queued.emit('call', { n })
         })
-        await cds.flush()
-        // open: only the two failed attempts ran, every message is still in the table
-        expect(calls).toBe(2)
-        expect(await messages()).toHaveLength(5)
         await waitFor(async () => (await messages()).length === 0, { what: 'the queue resumed after a successful probe' })
-      })
+      }, () => calls)
       // two failures, one failed probe, one successful probe, the other four messages
       expect(calls).toBe(8)
-      expect(lines.map(l => l.replace(/^.*queue Guarded: /, ''))).toEqual([
-        expect.stringMatching(/^circuit breaker open after 2 consecutive failed attempts/),
-        expect.stringMatching(/^circuit breaker open after the probe failed/),
-        expect.stringMatching(/^circuit breaker closed/)
+      // with the handler calls made by then: while the breaker was open, only the probes ran
+      expect(lines.map(({ line, at }) => [line.replace(/^.*queue Guarded: /, ''), at])).toEqual([
+        [expect.stringMatching(/^circuit breaker open after 2 consecutive failed attempts/), 2],
+        [expect.stringMatching(/^circuit breaker open after the probe failed/), 3],
+        [expect.stringMatching(/^circuit breaker closed/), 4]
+      ])
+    })
+
+    test('an attempt that ends by handlerTimeout is a failed attempt: a remote system that never answers opens the breaker', async () => {
+      let calls = 0
+      for (let n = 0; n < 5; n++) remote.answers.push({ hang: true })
+      const options = { circuitBreaker: { failures: 2, probeInterval: '1h' }, handlerTimeout: '300ms', concurrency: 1 }
+      const queued = await queueWith('Hanging', options, 'call', () => (calls++, api.get('/ping')))
+      const lines = await logged(/circuit breaker/, async () => {
+        await cds.tx(async () => {
+          for (let n = 0; n < 5; n++) await queued.emit('call', { n })
+        })
+        await cds.flush()
+      })
+      // open after the second abandoned attempt: the three other messages wait in the table for the probe
+      expect(lines.map(({ line }) => line)).toEqual([expect.stringMatching(/queue Hanging: circuit breaker open after 2 consecutive failed attempts/)])
+      const rows = await messages()
+      expect(rows.filter(r => r.status === 'processing')).toHaveLength(2) // abandoned, taken over once their lease expires
+      expect(rows.filter(r => r.status === null && r.attempts === 0)).toHaveLength(3)
+      // on a loaded machine a handler may begin after its attempt was abandoned: both do call the remote system
+      await waitFor(() => calls === 2, { what: 'the calls of the two abandoned attempts' })
+    })
+
+    test('a probe that hangs past handlerTimeout opens the breaker for another interval; the next probe resumes the queue', async () => {
+      let calls = 0
+      // the first call fails (the breaker opens), the first probe never gets an answer, the next probe succeeds
+      remote.answers.push({ status: 503 }, { hang: true })
+      // a handlerTimeout that only the hung probe outlives, also on a loaded machine
+      const options = { circuitBreaker: { failures: 1, probeInterval: '200ms' }, handlerTimeout: '2s', concurrency: 1, backoff: { base: 0 } }
+      const queued = await queueWith('HangingProbe', options, 'call', () => (calls++, api.get('/ping')))
+      const lines = await logged(/circuit breaker/, async () => {
+        await cds.tx(async () => {
+          for (let n = 0; n < 4; n++) await queued.emit('call', { n })
+        })
+        // all done but the message of the hung probe, which stays claimed until its lease expires
+        await waitFor(async () => {
+          const rows = await messages()
+          return rows.length === 1 && rows[0].status === 'processing'
+        }, { what: 'the queue resumed after a hung probe' })
+      }, () => calls)
+      // the failure, the hung probe, the successful probe, the two other messages
+      expect(calls).toBe(5)
+      expect(lines.map(({ line, at }) => [line.replace(/^.*queue HangingProbe: /, ''), at])).toEqual([
+        [expect.stringMatching(/^circuit breaker open after 1 consecutive failed attempts/), 1],
+        [expect.stringMatching(/^circuit breaker open after the probe failed/), 2],
+        [expect.stringMatching(/^circuit breaker closed/), 3]
       ])
     })
   })
@@ -170,5 +230,18 @@ describe('circuit breaker states', () => {
     breaker.settled({ kind: 'deferred', dueAt: new Date(1000) }, 1000)
     expect(breaker.state).toBe('probing')
     expect(breaker.allowance(1000)).toBe(1)
+  })
+
+  test('an abandoned attempt is a failure: an abandoned probe opens the breaker for another interval', () => {
+    const breaker = new CircuitBreaker('q', { failures: 2, probeInterval: 1000 })
+    breaker.settled({ kind: 'abandoned' }, 0)
+    expect(breaker.state).toBe('closed')
+    breaker.settled({ kind: 'abandoned' }, 0)
+    expect(breaker.state).toBe('open')
+    expect(breaker.allowance(1000)).toBe(1)
+    breaker.started()
+    breaker.settled({ kind: 'abandoned' }, 1000)
+    expect(breaker.state).toBe('open')
+    expect(breaker.opensAt(1500)).toBe(2000)
   })
 })

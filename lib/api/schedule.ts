@@ -23,33 +23,41 @@ interface TaskRequest {
 
 type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
 
-/** CAP 10's task ID: `service:task` (plus `:appid` when set) hashed as a version-4 UUID. */
-function capTaskId(serviceName: string, task: string, app: string | undefined): string {
+/** CAP 10's task ID (libx/queue/utils.js): `service:task` (plus `:appid` when set) hashed as a version-4 UUID. */
+function cap10TaskId(serviceName: string, task: string, app: string | undefined): string {
   return uuidOf(app ? `${serviceName}:${task}:${app}` : `${serviceName}:${task}`, 4)
 }
 
-/**
- * The row ID of a task, and the ID CAP 10 gave the same task where that one may belong to another task too.
- * CAP 10's ID joins service, task and appid with ':', so names containing ':' collide (`Shop` + `orders:nightly` and
- * `Shop:orders` + `nightly`). Without ':' in any of them it is unique and kept, so a task CAP's built-in queue
- * registered is replaced, not duplicated; otherwise the ID hashes the parts unambiguously into a version-8 UUID,
- * which never equals a CAP ID (version 4).
- */
-export function taskIds(serviceName: string, task: string, app: string | undefined): { ID: string; capId?: string } {
-  const capId = capTaskId(serviceName, task, app)
-  if (![serviceName, task, app ?? ''].some(part => part.includes(':'))) return { ID: capId }
-  return { ID: uuidOf(JSON.stringify([serviceName, task, app ?? null]), 8), capId }
+/** CAP 9's task ID (libx/queue/index.js): `queue||task` hashed as a version-4 UUID; the service is not part of it. */
+function cap9TaskId(queueName: string, task: string): string {
+  return uuidOf(`${queueName}||${task}`, 4)
 }
 
 /**
- * (Re)schedules a task on its queue: upserts its row, due at its first run. CAP's row of the same task under CAP's
- * ambiguous ID goes, in the same transaction, so the task does not run twice.
+ * The row ID of a task, and the IDs CAP's built-in queue gave the same task that may belong to another task too
+ * (`capIds`: the caller removes such a row only if it is this service's task of that name).
+ * - CAP 10's ID joins service, task and appid with ':', so names containing ':' collide (`Shop` + `orders:nightly`
+ *   and `Shop:orders` + `nightly`). Without ':' in any of them it is unique and kept as the row ID, so a task CAP 10
+ *   registered is replaced, not duplicated; otherwise the ID hashes the parts unambiguously into a version-8 UUID,
+ *   which never equals a CAP ID (version 4).
+ * - CAP 9's ID names the queue and the task, not the service: every service on a queue shares it for a task name.
+ */
+export function taskIds(serviceName: string, task: string, app: string | undefined, queueName: string): { ID: string; capIds: string[] } {
+  const cap10 = cap10TaskId(serviceName, task, app)
+  const cap9 = cap9TaskId(queueName, task)
+  if (![serviceName, task, app ?? ''].some(part => part.includes(':'))) return { ID: cap10, capIds: [cap9] }
+  return { ID: uuidOf(JSON.stringify([serviceName, task, app ?? null]), 8), capIds: [cap10, cap9] }
+}
+
+/**
+ * (Re)schedules a task on its queue: upserts its row, due at its first run. Rows of the same task that CAP's built-in
+ * queue wrote under its other IDs go, in the same transaction, so the task does not run twice.
  */
 export async function upsertTask(store: QueueStore, queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): Promise<void> {
   const due = firstRun(info, Date.now(), queue.timezone)
-  const { ID, capId } = taskIds(encoded.service, info.task, appid)
+  const { ID, capIds } = taskIds(encoded.service, info.task, appid, queue.name)
   await store.upsertTask(messageDueAt(queue.name, encoded, due, info.task, ID))
-  if (capId) await store.unscheduleIfTask(capId, info.task)
+  await store.unscheduleTaskOf(capIds, info.task, encoded.service)
 }
 
 /** CAP's `(value, unit)` form, e.g. `.after(5, 'minutes')`, as one duration text. */
@@ -146,11 +154,12 @@ export function scheduleFor(srv: cds.Service): ((...args: unknown[]) => Schedule
 async function unschedule(plugin: EventQueues, srv: cds.Service, name: unknown): Promise<number> {
   const original = cds.unqueued(srv) as ServiceWithOptions
   const task = taskName(name, `task name of ${original.name}.unschedule()`)
+  const queue = plugin.settings.queues.bind(original.name, original.options)
   // Without persistence (`cds.requires.queue: false`) tasks only live until they ran once: nothing to remove.
-  if (!cds.db || !plugin.settings.queues.bind(original.name, original.options).persistent) return 0
+  if (!cds.db || !queue.persistent) return 0
   const { store } = plugin.runner
-  const { ID, capId } = taskIds(original.name, task, plugin.settings.appid)
-  return (await store.unschedule(ID)) + (capId ? await store.unscheduleIfTask(capId, task) : 0)
+  const { ID, capIds } = taskIds(original.name, task, plugin.settings.appid, queue.name)
+  return (await store.unschedule(ID)) + (await store.unscheduleTaskOf(capIds, task, original.name))
 }
 
 /** `srv.unschedule(name)`, with CAP 9's `srv.unschedule.task(name)`. */

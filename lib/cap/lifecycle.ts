@@ -33,3 +33,15 @@ export function onStarted(started: () => void): void {
     else started()
   })
 }
+
+let listening = false
+cds.once('listening', () => (listening = true))
+
+/**
+ * Runs `fn` once the app serves: at 'listening', or now if it came already (a service connected later, lazily). CAP's
+ * messaging services start consuming at 'listening', when the app's subscriptions are registered.
+ */
+export function whenListening(fn: () => void): void {
+  if (listening) fn()
+  else cds.once('listening', fn)
+}

@@ -1,6 +1,17 @@
 import cds from '@sap/cds'
 
 /**
+ * CAP internals of `cds.MessagingService` that a broker adapter uses, as CAP's own adapters (redis-messaging.js,
+ * kafka.js, file-based.js) use them:
+ * - `srv.message4(msg)` is an outbound message as it goes on the wire: `event` is the topic (`publishPrefix`
+ *   applied), `headers` are prepared (the CloudEvents attributes with `format: 'cloudevents'`);
+ * - `srv.subscribedTopics` maps each subscribed topic (`subscribePrefix` applied) to its event, filled by `srv.on`;
+ * - `srv.processInboundMsg(ctx, msg)` hands an inbound message to the subscribers in a transaction, through the
+ *   inbox (`cds.queued(srv)`) when the service is `inboxed`: it resolves once that transaction committed (the inbox
+ *   row, or the subscriber's own writes) and rejects when it failed, so a broker acknowledges only after it resolved;
+ * - `msg._fromOutbox` marks a message a queue relays: CAP's Redis and AMQP adapters then fail at once while their
+ *   connection is down, instead of holding the message until the connection is back.
+ *
  * CAP internals of its messaging services that the consumer half relies on (lib/wire.ts, lib/receipts/inbox.ts):
  * - outbound, `prepareHeaders` (called as the message is handed to the broker) sets CloudEvents' `id` and `time`
  *   (`format: 'cloudevents'`, the service's option) only where the headers have none: an `id` and `time` the queue
@@ -10,6 +21,51 @@ import cds from '@sap/cds'
  * Remote services (`kind: 'odata' | 'rest'`) send the headers of a request as HTTP request headers.
  * Contract: test/cap-contract.test.js "messaging".
  */
+
+/** A message as CAP's messaging services carry it. */
+export interface BrokerMessage {
+  event: string
+  data: unknown
+  headers: Record<string, unknown>
+}
+
+interface MessagingInternals {
+  message4(msg: object): BrokerMessage
+  subscribedTopics: Map<string, string>
+  _listenToAll: { value: boolean }
+  processInboundMsg(ctx: object, msg: object): Promise<unknown>
+}
+
+const internals = (srv: cds.MessagingService) => srv as unknown as MessagingInternals
+
+/** The outbound message `msg` as the broker is to get it: the topic as `event`, the prepared headers. */
+export function outbound(srv: cds.MessagingService, msg: object): BrokerMessage {
+  const prepared = internals(srv).message4(msg)
+  return { event: prepared.event, data: prepared.data, headers: prepared.headers ?? {} }
+}
+
+/** The topics the service's subscribers listen to, as the broker names them. */
+export function subscribedTopics(srv: cds.MessagingService): string[] {
+  return [...internals(srv).subscribedTopics.keys()]
+}
+
+/** Whether a subscriber listens to every topic (`srv.on('*')`). */
+export function listensToAll(srv: cds.MessagingService): boolean {
+  return internals(srv)._listenToAll.value
+}
+
+/**
+ * Hands a message the broker delivered to the subscribers, in `tenant`, through the inbox for an `inboxed` service;
+ * resolves once the transaction holding its effect (the inbox row or the subscriber's writes) committed.
+ */
+export async function deliverInbound(srv: cds.MessagingService, tenant: string | undefined, msg: BrokerMessage): Promise<void> {
+  await internals(srv).processInboundMsg(tenant ? { tenant } : {}, { ...msg })
+}
+
+/** Marks a message the queue relays, so that CAP's broker adapters fail fast while disconnected. */
+export function markRelayed(event: object): void {
+  ;(event as { _fromOutbox?: boolean })._fromOutbox = true
+}
 
 /** Whether `srv` is a messaging service and `msg` one it sends to its broker (not one it received). */
 export function isOutboundMessage(srv: cds.Service, msg: object): boolean {

@@ -1,7 +1,8 @@
 import cds from '@sap/cds'
 
 /**
- * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`), that
+ * CAP internal: how @cap-js/db-service keeps a database transaction (`tx.ready`, `tx.dbc`, `begin()`, which CAP calls
+ * on the transaction itself at its first statement, before it takes a connection from the pool), that
  * `cds.db.tx(ctx)` returns the transaction a context already has, and that an ended root transaction marks its
  * context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
  * through CAP's query pipeline, which costs more than the queue's small statements themselves.
@@ -46,6 +47,19 @@ export async function currentConnection(): Promise<unknown> {
   const beforeStatement = tx[$beforeStatement]
   await (beforeStatement ? beforeStatement() : begun(tx))
   return tx.dbc
+}
+
+/**
+ * Runs `check` whenever `tx` begins, before it takes a connection: a `check` that throws fails the statement that
+ * would have begun it, and no connection is opened. (A connection is what opens a tenant's database; on SQLite it
+ * creates a missing database file.) `tx` must not have begun.
+ */
+export function beforeBegin(tx: DatabaseTransaction, check: () => void): void {
+  const begin = tx.begin as (this: DatabaseTransaction, ...args: unknown[]) => Promise<unknown>
+  tx.begin = function (this: DatabaseTransaction, ...args: unknown[]) {
+    check()
+    return begin.apply(this, args)
+  }
 }
 
 /**

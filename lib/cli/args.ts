@@ -23,6 +23,8 @@ export interface Options {
   /** `status --max-dead`: exit 4 if there are more dead letters. */
   maxDead?: number
   profile?: string
+  /** `--tenant`: in a multitenant app, the tenant whose database holds the messages. */
+  tenant?: string
 }
 
 export interface Invocation {
@@ -44,6 +46,7 @@ const OPTIONS: Record<string, Kind> = {
   '--max-lag': 'duration',
   '--max-dead': 'count',
   '--profile': 'text',
+  '--tenant': 'text',
   '--help': 'flag'
 }
 const FILTERS = ['--queue', '--service', '--event', '--older-than']
@@ -56,7 +59,7 @@ const ALLOWED: Record<Command, string[]> = {
   purge: FILTERS,
   help: []
 }
-const GLOBAL = ['--profile', '--help']
+const GLOBAL = ['--profile', '--tenant', '--help']
 
 const isCommand = (word: string): word is Command => (COMMANDS as readonly string[]).includes(word)
 
@@ -84,7 +87,8 @@ const OPTION_KEYS: Record<string, keyof Options> = {
   '--limit': 'limit',
   '--max-lag': 'maxLag',
   '--max-dead': 'maxDead',
-  '--profile': 'profile'
+  '--profile': 'profile',
+  '--tenant': 'tenant'
 }
 
 /** Parses `argv` (without node and the script); throws a QueueError naming the first mistake. */
@@ -147,7 +151,9 @@ Commands:
                              delete the dead letters enqueued longer ago than <duration>, e.g. 30d
 
 Filters: --queue <name> --service <name> --event <name> --older-than <duration> (all given must match)
-Options: --profile <name> uses that cds profile's configuration (like CDS_ENV), --help shows this text
+Options: --profile <name> uses that cds profile's configuration (like CDS_ENV), --help shows this text,
+         --tenant <id> the tenant whose messages to operate on: required in a multitenant app (each tenant's
+         messages are in that tenant's database), refused in any other
 
 Exit codes: 0 done · 1 failed (e.g. the database is unreachable) · 2 invalid command line or configuration ·
             3 a given ID is no dead letter (the others were handled) · 4 status: over --max-lag or --max-dead

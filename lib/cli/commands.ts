@@ -9,16 +9,23 @@ import { firstLine, progress, seconds, table, type Streams } from './output'
 export interface Session {
   queries: OperatorQueries
   db: cds.DatabaseService
+  /** The tenant whose database holds the messages (`--tenant`, a multitenant app); undefined: the app's one database. */
+  tenant?: string
   streams: Streams
 }
 
 const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE']
 
-/** Runs `fn` in a transaction of its own: a bulk operation commits chunk by chunk, never holding locks for long. */
-const inTransaction = <T>(db: cds.DatabaseService, fn: () => Promise<T>): Promise<T> => db.tx(fn) as unknown as Promise<T>
+/**
+ * Runs `fn` in a transaction of its own, in the session's tenant: a bulk operation commits chunk by chunk, never
+ * holding locks for long.
+ */
+const inTransaction = <T>({ db, tenant }: Session, fn: () => Promise<T>): Promise<T> =>
+  (tenant === undefined ? db.tx(fn) : db.tx({ tenant, user: new cds.User.Privileged() }, fn)) as unknown as Promise<T>
 
-async function status({ queries, db, streams }: Session, options: Options): Promise<number> {
-  const rows = await inTransaction(db, () => queries.statistics())
+async function status(session: Session, options: Options): Promise<number> {
+  const { queries, streams } = session
+  const rows = await inTransaction(session, () => queries.statistics())
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
   else if (!rows.length) streams.stdout.write('No messages are waiting and there are no dead letters.\n')
   else {
@@ -51,8 +58,9 @@ function filterOf(options: Options): DeadLetterFilter {
   return filter
 }
 
-async function dead({ queries, db, streams }: Session, options: Options): Promise<number> {
-  const rows = await inTransaction(db, () => queries.listDeadLetters(filterOf(options), options.limit))
+async function dead(session: Session, options: Options): Promise<number> {
+  const { queries, streams } = session
+  const rows = await inTransaction(session, () => queries.listDeadLetters(filterOf(options), options.limit))
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
   else if (!rows.length) streams.stdout.write('No dead letters.\n')
   else {
@@ -62,8 +70,9 @@ async function dead({ queries, db, streams }: Session, options: Options): Promis
   return EXIT.OK
 }
 
-async function pending({ queries, db, streams }: Session, options: Options): Promise<number> {
-  const rows = await inTransaction(db, () => queries.listPending(filterOf(options), options.limit))
+async function pending(session: Session, options: Options): Promise<number> {
+  const { queries, streams } = session
+  const rows = await inTransaction(session, () => queries.listPending(filterOf(options), options.limit))
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
   else if (!rows.length) streams.stdout.write('No messages are waiting.\n')
   else {
@@ -74,10 +83,11 @@ async function pending({ queries, db, streams }: Session, options: Options): Pro
 }
 
 /** The given IDs that are dead letters; the others are reported on stderr. */
-async function deadOnes({ queries, db, streams }: Session, ids: string[]): Promise<{ dead: string[]; missing: number }> {
+async function deadOnes(session: Session, ids: string[]): Promise<{ dead: string[]; missing: number }> {
+  const { queries, streams } = session
   const dead: string[] = []
   for (const ID of ids) {
-    const state = await inTransaction(db, () => queries.messageState(ID))
+    const state = await inTransaction(session, () => queries.messageState(ID))
     if (!state) streams.stderr.write(`There is no queued message with ID ${ID}.\n`)
     else if (!state.dead) streams.stderr.write(`Message ${ID} is not a dead letter: it has ${state.attempts} attempts and is still retried or processed.\n`)
     else dead.push(ID)
@@ -98,7 +108,7 @@ async function bulk(session: Session, action: 'revive' | 'delete', ids: string[]
   let changed = 0
   for (let i = 0; i < ids.length; i += CHUNK) {
     const some = ids.slice(i, i + CHUNK)
-    changed += await inTransaction(db, async () => {
+    changed += await inTransaction(session, async () => {
       const count = action === 'revive' ? await queries.revive(some) : await queries.remove(some)
       if (count && wakeUp) await db.run(wakeUp.signal)
       return count
@@ -110,8 +120,8 @@ async function bulk(session: Session, action: 'revive' | 'delete', ids: string[]
 }
 
 async function reviveOrDelete(session: Session, action: 'revive' | 'delete', { ids, options }: Invocation): Promise<number> {
-  const { queries, db, streams } = session
-  const found = options.all ? { dead: await inTransaction(db, () => queries.deadLetterIDs(filterOf(options))), missing: 0 } : await deadOnes(session, ids)
+  const { queries, streams } = session
+  const found = options.all ? { dead: await inTransaction(session, () => queries.deadLetterIDs(filterOf(options))), missing: 0 } : await deadOnes(session, ids)
   const changed = await bulk(session, action, found.dead)
   streams.stdout.write(`${action === 'revive' ? 'Revived' : 'Deleted'} ${changed} dead letter${changed === 1 ? '' : 's'}.\n`)
   return found.missing ? EXIT.NOT_DEAD : EXIT.OK

@@ -46,7 +46,7 @@ export async function main(argv: string[], streams: Streams = process): Promise<
   if (invocation.options.profile) process.env.CDS_ENV = invocation.options.profile
   try {
     const { openSession } = await import('./session')
-    const session = await openSession(streams)
+    const session = await openSession(streams, invocation)
     try {
       const { runCommand } = await import('./commands')
       return await runCommand(session, invocation)

@@ -3,9 +3,11 @@ import { existsSync } from 'fs'
 import { join } from 'path'
 import { OperatorQueries } from '../../srv/event-queues-queries'
 import { waitingForOtherWriters } from '../cap/database-options'
+import { metaTenant } from '../cap/mtxs'
 import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
 import { compileSettings } from '../settings'
+import type { Invocation } from './args'
 import type { Session } from './commands'
 import type { Streams } from './output'
 
@@ -21,11 +23,27 @@ type ProjectEnv = {
 }
 
 /**
+ * The tenant to operate in. A multitenant app (`cds.requires.multitenancy`, also set by `cds.requires.db.multiTenant`)
+ * keeps each tenant's messages in that tenant's database, and the database the CLI connects to without one is the
+ * provider's, which holds no tenant's messages: there `--tenant` is required. Elsewhere there are no tenants to name.
+ */
+function tenantOf(command: string, tenant: string | undefined): string | undefined {
+  const multitenant = metaTenant(cds.env) !== undefined
+  if (multitenant && tenant === undefined) {
+    throw invalid(`option --tenant of cds-event-queues ${command}`, tenant, "the tenant whose messages to operate on: in a multitenant app (cds.requires.multitenancy) each tenant's messages are in that tenant's database")
+  }
+  if (!multitenant && tenant !== undefined) {
+    throw invalid(`option --tenant of cds-event-queues ${command}`, tenant, 'no tenant: the project is not multitenant (cds.requires.multitenancy is not set)')
+  }
+  return tenant
+}
+
+/**
  * Connects to the project's database exactly as the app would (`cds.requires.db` of the folder's cds.env and
  * profile), with the queue settings the app compiles, so "dead" means what it means to the app's runner. The
  * plugin's cds-plugin is not loaded: no runner starts, nothing is served.
  */
-export async function openSession(streams: Streams): Promise<Session & { close(): Promise<void> }> {
+export async function openSession(streams: Streams, { command, options }: Invocation): Promise<Session & { close(): Promise<void> }> {
   const root = cds.root
   if (!existsSync(join(root, 'package.json'))) {
     throw new QueueError(`${root} is not the folder of a CAP project (no package.json): run cds-event-queues where the app's package.json is.`, 'INVALID_QUEUE_INPUT')
@@ -40,6 +58,7 @@ export async function openSession(streams: Streams): Promise<Session & { close()
   if (location === ':memory:') throw invalid(`cds.requires.db.credentials of the project in ${root}`, db.credentials, 'a persistent database: an in-memory one has no queue to operate on')
   for (const id of QUIET) cds.log(id, 'warn')
 
+  const tenant = tenantOf(command, options.tenant)
   // Invalid queue options stop the CLI as they stop the app: the CLI must judge dead letters by the same limits.
   const settings = compileSettings(cds.env)
   // The table's model, so CQL names its columns as the app does (PostgreSQL folds unquoted names to lower case).
@@ -49,6 +68,7 @@ export async function openSession(streams: Streams): Promise<Session & { close()
   return {
     queries: new OperatorQueries(settings.queues, settings.appid, settings.runner.store),
     db: connected,
+    tenant,
     streams,
     close: () => disconnect(connected)
   }

@@ -37,6 +37,8 @@ export class LagHistory {
   private readonly samples: LagSample[] = []
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
+  /** The moment the sample in progress is stamped with. */
+  private runningAt = 0
   private stopped = false
 
   constructor(
@@ -65,8 +67,13 @@ export class LagHistory {
     return this.running ?? Promise.resolve()
   }
 
-  /** The samples of the last hour, oldest first, with a fresh one at the end so the newest point is never stale. */
+  /**
+   * The samples of the last hour, oldest first, with a fresh one at the end so the newest point is never stale: one
+   * counted at or after this call (a sample begun before it, by the timer say, is awaited, then another one taken).
+   */
   async history(): Promise<LagSample[]> {
+    const asked = this.now()
+    if (this.running && this.runningAt < asked) await this.running
     await this.sample()
     return this.samples.slice()
   }
@@ -80,7 +87,7 @@ export class LagHistory {
 
   private async take(): Promise<void> {
     // one moment for the lag and the sample's time, so a point's lag is its age at its time
-    const at = this.now()
+    const at = (this.runningAt = this.now())
     let counts: QueueCounts[]
     try {
       counts = await this.count(at)
@@ -94,6 +101,42 @@ export class LagHistory {
     const oldest = new Date(at - HISTORY_WINDOW).toISOString()
     const expired = this.samples.findIndex(s => s.at >= oldest)
     this.samples.splice(0, expired === -1 ? this.samples.length : expired)
+  }
+}
+
+/**
+ * The lag histories of a multitenant app: one per tenant, each counted in that tenant's database, so an operator sees
+ * the queues and figures of their own tenant only (one shared history would show every tenant the samples another
+ * tenant's operator caused). Sampled when asked: each `history(tenant)` adds a sample of that tenant, so the chart has
+ * points while the page is open; a timer per tenant would query every tenant's database for good once an operator had
+ * looked. A tenant not asked about for the history's window is forgotten, with its samples.
+ */
+export class TenantLagHistories {
+  private readonly byTenant = new Map<string | undefined, { history: LagHistory; askedAt: number }>()
+  private stopped = false
+
+  constructor(
+    /** Counts the queues of `tenant` as of `at` (epoch ms). */
+    private readonly count: (tenant: string | undefined, at: number) => Promise<QueueCounts[]>,
+    private readonly interval: number,
+    private readonly now: () => number = Date.now
+  ) {}
+
+  /** The samples of the last hour of `tenant`, with a fresh one at the end. */
+  history(tenant: string | undefined): Promise<LagSample[]> {
+    if (this.stopped) return Promise.resolve([])
+    const now = this.now()
+    for (const [known, { askedAt }] of this.byTenant) if (now - askedAt > HISTORY_WINDOW) this.byTenant.delete(known)
+    const entry = this.byTenant.get(tenant) ?? { history: new LagHistory(at => this.count(tenant, at), this.interval, this.now), askedAt: now }
+    entry.askedAt = now
+    this.byTenant.set(tenant, entry)
+    return entry.history.history()
+  }
+
+  /** No more samples; resolves once those in progress are done (see `LagHistory.stop`). */
+  async stop(): Promise<void> {
+    this.stopped = true
+    await Promise.all([...this.byTenant.values()].map(({ history }) => history.stop()))
   }
 }
 

@@ -1,5 +1,6 @@
 import cds from '@sap/cds'
 import { contextWithTransaction, runInContext } from '../cap/contexts'
+import { beforeBegin } from '../cap/transactions'
 import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
 import type { Claim, MessageRow, QueueSettings } from '../interfaces'
@@ -7,6 +8,7 @@ import type { BatchingStore, DatabaseTransaction } from '../store'
 import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
+import { throwIfTenantGone } from './lease'
 import { failed, succeeded } from './outcomes'
 import { deliveryOf, wireHeaders } from '../wire'
 import { LOG } from '../log'
@@ -95,6 +97,9 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
   try {
     await cds.tx(contextFor(group[0].message), async () => {
       const shared = store.sharedTransaction()
+      // the group's messages share a tenant: unsubscribed, its database is not opened again (see dispatchInTx)
+      const tenantPresent = () => group.forEach(entry => throwIfTenantGone(entry.signal))
+      beforeBegin(shared, tenantPresent)
       // Rows to delete: a message's only once all of its work succeeded (a `#succeeded` callback may still fail).
       const completed: Claim[] = []
       let completes: Claim | undefined
@@ -135,6 +140,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
         if (completes) completed.push(completes)
         handled.push({ entry, tx })
       }
+      tenantPresent()
       const deleted = completed.length ? await store.completeAll(completed) : 0
       if (deleted !== completed.length) throw new BatchClaimLost(completed.length, deleted)
     })
@@ -171,6 +177,7 @@ async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSetting
   try {
     await traced(row, message, () => runInContext(ctx, async () => {
       const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal), wireHeaders(srv as unknown as cds.Service, message, deliveryOf(row))))
+      throwIfTenantGone(signal)
       await succeeded(row, claim, message, queue, store, srv as unknown as cds.Service, result, complete)
     }))
   } catch (error) {

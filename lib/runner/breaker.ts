@@ -7,8 +7,9 @@ export type BreakerState = 'closed' | 'open' | 'probing'
 /**
  * A queue's `circuitBreaker` in this process: after `failures` consecutive failed attempts it opens and the queue's
  * messages stay in the table; after `probeInterval` one message runs as a probe; its success closes it (the queue
- * resumes), its failure opens it for another interval. Attempts that were not the handler's (a lost claim, a
- * hand-back) count neither way; such a probe is replaced by the next message.
+ * resumes), its failure opens it for another interval. An attempt abandoned after `handlerTimeout` failed (a remote
+ * system that never answers is down). Attempts that were not the handler's (a lost claim, a hand-back) count neither
+ * way; such a probe is replaced by the next message.
  */
 export class CircuitBreaker {
   state: BreakerState = 'closed'
@@ -39,7 +40,7 @@ export class CircuitBreaker {
 
   settled(outcome: Outcome, now: number): void {
     if (outcome.kind === 'succeeded') return this.succeeded()
-    if (outcome.kind === 'retry' || outcome.kind === 'dead') return this.failed(now)
+    if (outcome.kind === 'retry' || outcome.kind === 'dead' || outcome.kind === 'abandoned') return this.failed(now)
     // a probe handed back or taken over said nothing about the remote system: the next message probes instead
     this.probeRunning = false
   }

@@ -1,8 +1,11 @@
 import cds from '@sap/cds'
+import { markRelayed } from '../cap/messaging'
 import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
+import { beforeBegin, transactionOfContext } from '../cap/transactions'
 import { processing } from '../telemetry/spans'
 import { wireHeaders, type Delivery } from '../wire'
+import { throwIfTenantGone } from './lease'
 
 /**
  * Dispatching a stored message to its service as an inbound adapter would: in a transaction of that service, with
@@ -29,7 +32,10 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
 export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime, headers = message.request.headers): cds.Event {
   const request = headers === message.request.headers ? message.request : { ...message.request, headers }
   const init = (runtime ? { ...request, queue: { ...request.queue, ...runtime } } : { ...request }) as { event: string }
-  return message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  const event = message.fromSend ? new cds.Request(init) : new cds.Event(init)
+  // A broker adapter of CAP then fails at once while disconnected, and the queue retries, instead of holding it.
+  markRelayed(event)
+  return event
 }
 
 export function contextFor(message: DecodedMessage): Record<string, unknown> {
@@ -59,8 +65,10 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
- * and `inTx` runs in the same transaction after the handlers, with their result. `delivery`: what the message
- * carries on the wire (none in the in-memory queue).
+ * and `inTx` runs in the same transaction after the handlers, with their result. Once the message's tenant is
+ * unsubscribed (its signal says so), the transaction's database part does not begin: neither the handlers' statements
+ * nor the completion open the tenant's database again. `delivery`: what the message carries on the wire (none in
+ * the in-memory queue).
  */
 export async function dispatchInTx(
   message: DecodedMessage,
@@ -70,7 +78,10 @@ export async function dispatchInTx(
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
+    const db = runtime && transactionOfContext()
+    if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))
     const result = await tx.dispatch(eventFor(message, runtime, wireHeaders(srv as unknown as cds.Service, message, delivery)))
+    if (runtime) throwIfTenantGone(runtime.signal)
     await inTx(srv as unknown as cds.Service, result)
   })
 }

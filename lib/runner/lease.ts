@@ -2,20 +2,36 @@ import cds from '@sap/cds'
 import { QueueError } from '../errors'
 import type { Claim } from '../interfaces'
 import type { QueueStore } from '../store'
+import { runInTenant } from '../tenants/tenants'
 import { LOG } from '../log'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
 
 /**
- * Why a handler's `req.queue.signal` aborted: its `reason`, with `code` SHUTDOWN, LEASE_LOST or HANDLER_TIMEOUT.
- * HANDED_BACK only ever aborts messages of a batch that have not started (no handler sees it).
+ * Why a handler's `req.queue.signal` aborted: its `reason`, with `code` SHUTDOWN, LEASE_LOST, HANDLER_TIMEOUT or
+ * UNSUBSCRIBED (its tenant was unsubscribed in this process: its database is gone). HANDED_BACK only ever aborts
+ * messages of a batch that have not started (no handler sees it).
  */
 export class AttemptAborted extends QueueError {
-  constructor(message: string, code: 'SHUTDOWN' | 'LEASE_LOST' | 'HANDLER_TIMEOUT' | 'HANDED_BACK') {
+  constructor(message: string, code: 'SHUTDOWN' | 'LEASE_LOST' | 'HANDLER_TIMEOUT' | 'HANDED_BACK' | 'UNSUBSCRIBED') {
     super(message, code)
     this.name = 'AttemptAborted'
   }
+}
+
+/**
+ * Whether `signal` aborted because the message's tenant was unsubscribed. Then nothing of the attempt may write in
+ * the tenant any more — no outcome, no renewal, no hand-back, no completion, and its transaction must not begin —
+ * as any write would open the tenant's database again (on SQLite, create its file anew).
+ */
+export function tenantGone(signal: AbortSignal): boolean {
+  return signal.aborted && (signal.reason as AttemptAborted | undefined)?.code === 'UNSUBSCRIBED'
+}
+
+/** Throws the reason of `signal` if its tenant was unsubscribed (see `tenantGone`). */
+export function throwIfTenantGone(signal: AbortSignal): void {
+  if (tenantGone(signal)) throw signal.reason
 }
 
 /**
@@ -55,6 +71,15 @@ export class Lease {
     }, this.handlerTimeout).unref()
   }
 
+  /**
+   * The tenant was unsubscribed: the handler's signal aborts and the runner stops waiting for it at once, as after
+   * `handlerTimeout`; it writes nothing of the attempt (see `tenantGone`).
+   */
+  abandon(reason: AttemptAborted): void {
+    this.abort(reason)
+    this.giveUp()
+  }
+
   /** Ends renewal and aborts the handler's signal with `reason`. */
   abort(reason: AttemptAborted): void {
     this.stop()
@@ -80,6 +105,8 @@ export class Renewals {
 
   /** Until when the leases are held for sure: the last lease written. */
   private heldUntil: number
+  /** The tenant whose database holds the messages (a slot runs in its tenant's context). */
+  private readonly tenant: string | undefined = cds.context?.tenant
 
   constructor(
     private readonly timeout: number,
@@ -118,9 +145,8 @@ export class Renewals {
     let held: Set<string>
     const until = Date.now() + this.timeout
     try {
-      // Detached from whichever context the timer fired in: a renewal is a transaction of its own.
-      cds.context = undefined
-      held = await this.store.renewAll(leases.map(l => l.claim), until)
+      // A transaction of its own in the messages' tenant, detached from whichever context the timer fired in.
+      held = await runInTenant(this.tenant, () => this.store.renewAll(leases.map(l => l.claim), until))
     } catch (e) {
       this.failures++
       const left = this.heldUntil - Date.now()

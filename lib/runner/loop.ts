@@ -1,11 +1,11 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, QueueSettings } from '../interfaces'
+import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
 import type { Gates } from './gates'
+import type { Holdings } from './holdings'
 import type { Monitor } from './monitor'
-import type { Slots } from './slots'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { detached } from '../telemetry/spans'
 import { LOG } from '../log'
@@ -15,7 +15,8 @@ export interface LoopHost {
   readonly store: QueueStore
   readonly owner: string
   readonly monitor: Monitor
-  readonly slots: Slots
+  /** Its slots, what they hold, and the hand-back of claimed rows that do not fit. */
+  readonly holdings: Holdings
   readonly gates: Gates
   readonly queues: QueueRegistry
   readonly tenants: Tenants
@@ -26,13 +27,8 @@ export interface LoopHost {
   readonly stopping: boolean
   /** Handlers are running. */
   readonly busy: boolean
-  /** The claims of running handlers, and the IDs of messages claimed at enqueue that have not started yet. */
-  readonly leases: Set<{ claim: Claim }>
-  readonly reserved: Set<string>
-  readonly abandoned: Set<string>
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
-  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
 }
 
 export interface ClaimStatus {
@@ -125,6 +121,7 @@ export class Loop {
         this.again = false
         const round = tenants.round(Date.now())
         for (const tenant of round) {
+          if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
         }
@@ -150,12 +147,14 @@ export class Loop {
    * each has nothing more due. A tenant whose claim fails is skipped until its backoff ends; the others go on.
    */
   private async claimWhileFree(round: Tenant[]): Promise<void> {
-    const { slots, tenants } = this.host
+    const { tenants } = this.host
+    const { slots } = this.host.holdings
     let active = round
     while (!this.host.stopping && slots.free > 0 && active.length) {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
+        if (tenants.gone(tenant)) continue
         this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, full } = slots.claimBounds(this.limits.chunkSize, share)
@@ -169,7 +168,8 @@ export class Loop {
         }
         tenants.claimed(tenant, rows.length)
         this.lastClaimSucceededAt = Date.now()
-        if (rows.length === 0) continue
+        // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
+        if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
         await tenants.run(tenant, () => this.distribute(rows))
         more.push(tenant)
@@ -185,7 +185,8 @@ export class Loop {
    * bounded the claim yet; what its gate does not let start now), and so does everything not started if starting fails.
    */
   private async distribute(rows: MessageRow[]): Promise<void> {
-    const { slots, queues, gates } = this.host
+    const { holdings, queues, gates } = this.host
+    const { slots } = holdings
     const started = new Set<MessageRow>()
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
@@ -210,7 +211,7 @@ export class Loop {
       }
     } finally {
       const over = rows.filter(row => !started.has(row))
-      if (over.length) await this.host.handBack(over, this.host.owner)
+      if (over.length) await holdings.handBack(over, this.host.owner)
     }
   }
 
@@ -242,11 +243,7 @@ export class Loop {
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
       const changed = await store.reconcile(queues.attemptLimits(), now, claimLease)
-      const inOurName = await store.claimsOf([owner, `${owner}:enqueued`])
-      const held = new Set([...this.host.leases].map(l => l.claim.ID))
-      // Claims made since this pass began are not in `held` yet: only older ones can be orphans.
-      const { reserved, abandoned } = this.host
-      const orphans = inOurName.filter(c => c.claimedAt < now && !held.has(c.ID) && !reserved.has(c.ID) && !abandoned.has(c.ID))
+      const orphans = this.host.holdings.orphans(await store.claimsOf([owner, `${owner}:enqueued`]), now)
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })
@@ -269,7 +266,7 @@ export class Loop {
     // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
     const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
-      if (tenants.failedIn(tenant)) continue // its database is down: its backoff plans the next look
+      if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)

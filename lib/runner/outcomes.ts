@@ -87,7 +87,8 @@ export async function succeeded(
 
 /**
  * Writes what an attempt came to, for outcomes the handler's own transaction could not record (it rolled back):
- * a retry, a dead letter with its `#failed` callback, or a row handed back unprocessed. Each in one short transaction.
+ * a retry, a dead letter with its `#failed` callback, a row handed back unprocessed, or an abandoned attempt (counted
+ * for the takeover of its lease). Each in one short transaction.
  */
 export async function recordOutcome(
   claim: Claim,
@@ -101,6 +102,7 @@ export async function recordOutcome(
   const described = { service: message?.serviceName, event: message?.request.event }
   await inOwnTransaction(async () => {
     if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))
+    if (outcome.kind === 'abandoned') return void (await store.interrupt([claim]))
     const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
     if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, outcome.dueAt ?? new Date(now + outcome.delay), now, false, described))
@@ -141,6 +143,9 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       break
     case 'deferred':
       LOG._debug && LOG.debug(`${what} deferred to ${outcome.dueAt.toISOString()}`)
+      break
+    case 'abandoned':
+      LOG.error(`${what} did not finish within handlerTimeout; abandoned, taken over when its lease expires`)
       break
   }
 }

@@ -3,7 +3,7 @@ import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
 import type { Gates } from './gates'
-import type { Slots } from './slots'
+import type { Holdings } from './holdings'
 
 import { LOG } from '../log'
 
@@ -27,15 +27,12 @@ export function enqueueLease(queue: QueueSettings): number {
 export interface ReservationHost {
   readonly store: QueueStore
   readonly owner: string
-  readonly slots: Slots
+  /** Where a slot is promised to a message being enqueued, until it starts or goes back. */
+  readonly holdings: Holdings
   readonly gates: Gates
-  /** IDs of the messages written claimed at enqueue that have not started or gone back yet. */
-  readonly reserved: Set<string>
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
-  handBack(rows: MessageRow[], claimedBy: string): Promise<void>
-  wake(): void
 }
 
 /** The enqueuing transaction's event context: its outcome decides whether the reserved slot runs or is freed. */
@@ -64,15 +61,13 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.gates.gated(queue) || !host.slots.reserve(queue)) return false
+  if (!host.running || host.gates.gated(queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = Date.now()
-  host.reserved.add(message.ID)
   try {
     await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
   } catch (e) {
-    host.reserved.delete(message.ID)
-    host.slots.unreserve()
+    host.holdings.unreserve(message.ID)
     throw e
   }
   const { ID, target, msg } = message
@@ -101,7 +96,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
     if (settled) return
     settled = true
     for (const { row, claimedBy, queue } of reserved) {
-      host.slots.commitReservation()
+      host.holdings.commit(row.ID)
       runAfterCommit(host, row, claimedBy, queue)
     }
   })
@@ -109,10 +104,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
     if (settled) return
     settled = true
     if (committing) return void setImmediate(() => void settleAfterFailure(host, reserved))
-    for (const { row } of reserved) {
-      host.reserved.delete(row.ID)
-      host.slots.unreserve()
-    }
+    for (const { row } of reserved) host.holdings.unreserve(row.ID)
   })
 }
 
@@ -127,11 +119,10 @@ async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): 
   }
   for (const { row, claimedBy, queue } of reserved) {
     if (committed.has(row.ID)) {
-      host.slots.commitReservation()
+      host.holdings.commit(row.ID)
       runAfterCommit(host, row, claimedBy, queue)
     } else {
-      host.reserved.delete(row.ID)
-      host.slots.unreserve()
+      host.holdings.unreserve(row.ID)
     }
   }
 }
@@ -144,16 +135,8 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   // Detached from the committing request, like a claim pass: its handlers get the message's context only.
   setImmediate(() => {
     cds.context = undefined
-    host.slots.endReservation()
     const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
-    if (!host.running || stale) {
-      void host.handBack([row], claimedBy).then(() => {
-        host.reserved.delete(row.ID)
-        host.wake()
-      })
-    } else {
-      host.run(queue, [row], claimedBy, true)
-      host.reserved.delete(row.ID)
-    }
+    if (!host.running || stale) void host.holdings.handBackReserved(row, claimedBy)
+    else host.run(queue, [row], claimedBy, true)
   })
 }

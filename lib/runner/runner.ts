@@ -5,18 +5,16 @@ import { Watchers } from '../cap/handlers'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
-import { inOwnTransaction, type QueueStore } from '../store'
+import type { QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
 import { watchBatchConnections } from './batch-connections'
-import { AttemptAborted, type Lease } from './lease'
 import { Gates } from './gates'
+import { Holdings } from './holdings'
 import { Loop, type ClaimStatus } from './loop'
 import { Monitor } from './monitor'
 import { Notifier } from './notifier'
 import { runSlot } from './slot'
-import { Slots } from './slots'
 import { metaTenant } from '../cap/mtxs'
-import { groupBy } from '../group-by'
 import { TenantRegister } from '../tenants/register'
 import { Tenants, type Tenant } from '../tenants/tenants'
 import { LOG } from '../log'
@@ -30,11 +28,8 @@ export class Runner {
   /** Who claims: recorded in `claimedBy`, so an operator sees which process holds a message. */
   readonly owner = `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`
   readonly monitor = new Monitor()
-  slots: Slots
-  readonly leases = new Set<Lease>()
-  /** Messages claimed at enqueue that have not started yet (see reservations.ts). */
-  readonly reserved = new Set<string>()
-  readonly abandoned = new Set<string>()
+  /** Its slots and what they hold: the messages they run, claimed at enqueue, abandoned (see holdings.ts). */
+  holdings: Holdings
   /** Rate limits and circuit breakers of the queues, in this process. */
   readonly gates = new Gates(() => this.wake())
   readonly queues: QueueRegistry
@@ -53,8 +48,9 @@ export class Runner {
     const { concurrency, batchSize } = settings.runner
     this.queues = settings.queues
     const t0 = metaTenant()
-    this.tenants = new Tenants(t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval), settings.runner.pollInterval)
-    this.slots = new Slots(concurrency, batchSize)
+    const register = t0 === undefined ? undefined : new TenantRegister(t0, settings.appid, settings.runner.pollInterval)
+    this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.holdings.abandonTenant(tenant))
+    this.holdings = new Holdings(concurrency, batchSize, this)
     this.loop = new Loop(this, settings.runner)
   }
 
@@ -77,7 +73,7 @@ export class Runner {
     // Without savepoints a transaction runs one message, so a slot takes one (batchSize 1), as before it starts.
     if (portable && !this.started && this.settings.runner.batchSize > 1) {
       const runner = { ...this.settings.runner, batchSize: 1 }
-      this.slots = new Slots(runner.concurrency, 1)
+      this.holdings = new Holdings(runner.concurrency, 1, this)
       this.loop = new Loop(this, runner)
     }
   }
@@ -89,7 +85,7 @@ export class Runner {
 
   /** Handlers run, or committed messages claimed at enqueue are about to. */
   get busy(): boolean {
-    return this.inFlight.size > 0 || this.slots.awaitingStart
+    return this.inFlight.size > 0 || this.holdings.awaitingStart
   }
 
   get running(): boolean {
@@ -155,43 +151,10 @@ export class Runner {
     await notifier?.stop()
     const grace = new Promise<void>(resolve => setTimeout(resolve, this.settings.runner.shutdownGrace).unref())
     await Promise.race([Promise.allSettled([...this.inFlight]), grace])
-    await this.handBackRunning()
+    await this.holdings.handBackRunning(this.settings.runner.shutdownGrace)
     await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()
-  }
-
-  /**
-   * Aborts the handlers still running after the grace period and hands their messages back, with the messages of
-   * their batches that have not started (those a batch already handed back are no longer held). Each release is
-   * guarded by the claim, so it never undoes a completion that committed meanwhile (that row is gone or no longer ours).
-   */
-  private async handBackRunning(): Promise<void> {
-    const leases = [...this.leases]
-    const running = leases.filter(l => l.started)
-    const waiting = leases.filter(l => !l.started && !l.signal.aborted)
-    if (running.length + waiting.length === 0) return
-    const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
-    LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${this.settings.runner.shutdownGrace} ms: aborting them and handing back their messages${rest}`)
-    for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
-    try {
-      let [fromRunning, fromWaiting] = [0, 0]
-      for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
-        await this.tenants.run(tenant, () =>
-          inOwnTransaction(async () => {
-            fromRunning += await this.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
-            fromWaiting += await this.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
-          })
-        )
-      }
-      // An aborted handler's own slot hands its message back too, racing this release: which of the two did it, or
-      // whether the row completed or was taken over first, is not known here.
-      const gone = running.length - fromRunning + (waiting.length - fromWaiting)
-      const meanwhile = gone ? `; ${gone} were no longer claimed by this process (handed back by their aborted handler's slot, completed or taken over)` : ''
-      LOG.info(`handed back ${fromRunning + fromWaiting} messages (${fromRunning} of running handlers, ${fromWaiting} not started)${meanwhile}`)
-    } catch (e) {
-      LOG.error(`could not hand back ${running.length + waiting.length} messages at shutdown; they are taken over when their leases expire:`, e)
-    }
   }
 
   /**
@@ -211,26 +174,7 @@ export class Runner {
 
   /** Runs claimed rows of one queue in a slot (`claimedBy` other than the owner: a reserved message, see reservations.ts). */
   run(queue: QueueSettings, rows: MessageRow[], claimedBy = this.owner, reserved = false): void {
-    this.slots.take(queue)
-    const tenant = cds.context?.tenant
-    const done = runSlot(this, queue, rows, claimedBy, reserved).finally(() => {
-      this.inFlight.delete(done)
-      // Also after a reserved message: a pass that found it running skipped planning the next due time, and its
-      // handler may have queued a callback.
-      if (this.slots.give(queue)) this.wake(tenant)
-    })
+    const done = runSlot(this, queue, rows, claimedBy, reserved).finally(() => this.inFlight.delete(done))
     this.inFlight.add(done)
-  }
-
-  /**
-   * Rows that will not run here after all go back unstarted, due again at their claim time: those of a queue whose
-   * limit a claim overshot, the rest of a batch behind a slow handler, reserved ones that cannot run now.
-   */
-  async handBack(rows: MessageRow[], claimedBy: string): Promise<void> {
-    try {
-      await inOwnTransaction(() => this.store.release(rows.map(row => ({ ID: row.ID, claimedBy, claimedAt: row.claimedAt }))))
-    } catch (e) {
-      LOG.warn(`could not hand back ${rows.length} unstarted messages; they run when their leases expire:`, e)
-    }
   }
 }

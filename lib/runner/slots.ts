@@ -1,17 +1,13 @@
 import type { QueueSettings } from '../interfaces'
 
 /**
- * The runner's handler slots: how many are in use, per queue too, and how many are promised to messages being
- * enqueued (see reservations.ts). A slot runs one message, or a batch of a backlog's messages one after another, so
- * at most `concurrency` handlers run at once; a queue's own `concurrency` bounds its share.
+ * The runner's handler slots: how many are in use, per queue too. A slot runs one message, or a batch of a backlog's
+ * messages one after another, so at most `concurrency` handlers run at once; a queue's own `concurrency` bounds its
+ * share. Only `Holdings` changes them (see holdings.ts), which also knows the slots promised to messages being enqueued.
  */
 export class Slots {
   private used = 0
   private readonly perQueue = new Map<string, { queue: QueueSettings; used: number }>()
-  /** Promised to messages whose transactions are still open. */
-  private reserved = 0
-  /** Promised to messages whose transactions committed, about to run. */
-  private committed = 0
 
   constructor(
     private readonly concurrency: number,
@@ -72,32 +68,11 @@ export class Slots {
     return this.used <= this.concurrency / 2 || used <= this.limitOf(queue) / 2
   }
 
-  /** Promises a slot to a message of `queue` being enqueued; false when every slot is in use or promised. */
-  reserve(queue: QueueSettings): boolean {
-    const promised = this.reserved + this.committed
-    if (this.used + promised >= this.concurrency || this.usedBy(queue) + promised >= this.limitOf(queue)) return false
-    this.reserved++
-    return true
-  }
-
-  /** The transaction that was to commit a reserved message did not. */
-  unreserve(): void {
-    this.reserved--
-  }
-
-  /** The transaction of a reserved message committed: the message is about to run. */
-  commitReservation(): void {
-    this.reserved--
-    this.committed++
-  }
-
-  /** A committed reservation ends: its message runs now (`take`) or goes back to the queue. */
-  endReservation(): void {
-    this.committed--
-  }
-
-  /** Committed messages waiting for their slot to start: work a `flush()` must wait for. */
-  get awaitingStart(): boolean {
-    return this.committed > 0
+  /** Whether a slot is left for one more message of `queue` being enqueued, besides the `promised` ones. */
+  fits(queue: QueueSettings, promised: number): boolean {
+    return this.used + promised < this.concurrency && this.usedBy(queue) + promised < this.limitOf(queue)
   }
 }
+
+/** What the runner's loop reads of the slots: they change only through the transitions of `Holdings`. */
+export type SlotCounts = Pick<Slots, 'free' | 'freeFor' | 'claimBounds'>

@@ -7,7 +7,7 @@ import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, Rece
 import { dialectFor, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
-import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, TABLE, type AttemptLimits, type Fragment, type Retentions } from './rules'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type Fragment, type Retentions, type TaskRow } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
@@ -140,9 +140,11 @@ export class NativeStore implements BatchingStore {
     return this.changes(statements.deleteRow(ID))
   }
 
-  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
-  async unscheduleIfTask(ID: string, task: string): Promise<number> {
-    return this.changes(statements.deleteTask(ID, task, this.own))
+  /** Removes those of the rows `IDs` that are this app's task `task` of `service`; the number removed. */
+  async unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number> {
+    const rows = await this.rows<TaskRow>(statements.taskRows(IDs, task, this.own))
+    const mine = rows.filter(row => serviceOfTask(row, this.appid) === service).map(row => row.ID)
+    return mine.length ? this.changes(statements.deleteTask(mine, task, this.own)) : 0
   }
 
   /**

@@ -155,9 +155,14 @@ export function deleteRow(ID: string): Query {
   return DELETE.from(ENTITY).where({ ID })
 }
 
-/** Deletes the row `ID` if it is this app's (`own`) task `task`. */
-export function deleteTask(ID: string, task: string, own: Cqn): Query {
-  return DELETE.from(ENTITY).where(all(compare('ID', '=', ID), compare('task', '=', task), own))
+/** Which of the rows `IDs` are this app's (`own`) task `task`, with what tells their service (see `serviceOfTask`). */
+export function taskRows(IDs: string[], task: string, own: Cqn): Query {
+  return SELECT.from(ENTITY).columns('ID', 'service', 'msg', 'target').where(all(inList('ID', IDs), compare('task', '=', task), own))
+}
+
+/** Deletes the rows `IDs` if they are this app's (`own`) task `task`. */
+export function deleteTask(IDs: string[], task: string, own: Cqn): Query {
+  return DELETE.from(ENTITY).where(all(inList('ID', IDs), compare('task', '=', task), own))
 }
 
 /** Deletes processed rows, while their claims hold them. */

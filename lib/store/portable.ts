@@ -6,7 +6,7 @@ import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
 import { distinctKeys, iso, messageRow, millis } from './rows'
-import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, TABLE, type AttemptLimits, type Retentions } from './rules'
+import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type Retentions, type TaskRow } from './rules'
 import * as q from './portable-queries'
 import type { ClaimRow, Cqn } from './portable-queries'
 import type { QueueStore } from './queue-store'
@@ -69,8 +69,10 @@ export class PortableStore implements QueueStore {
     return Number(await q.deleteRow(ID))
   }
 
-  async unscheduleIfTask(ID: string, task: string): Promise<number> {
-    return Number(await q.deleteTask(ID, task, this.own))
+  async unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number> {
+    const rows = (await q.taskRows(IDs, task, this.own)) as TaskRow[]
+    const mine = rows.filter(row => serviceOfTask(row, this.appid) === service).map(row => row.ID)
+    return mine.length ? Number(await q.deleteTask(mine, task, this.own)) : 0
   }
 
   async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = []): Promise<MessageRow[]> {

@@ -21,8 +21,11 @@ export interface QueueStore {
   upsertTask(message: NewMessage): Promise<void>
   /** Removes a scheduled task, whatever its state; the number of rows removed. */
   unschedule(ID: string): Promise<number>
-  /** Removes the row `ID` if it is this app's task `task` (an ID another task may share); the number removed. */
-  unscheduleIfTask(ID: string, task: string): Promise<number>
+  /**
+   * Removes those of the rows `IDs` that are this app's task `task` of `service` (IDs another task may share: those
+   * CAP's built-in queue gives a task); the number removed.
+   */
+  unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number>
   /** Claims up to `limit` due rows for `owner` until `leaseUntil` (see NativeStore.claim for the rules). */
   claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[]): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */

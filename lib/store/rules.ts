@@ -61,6 +61,31 @@ export function serviceOfOldRow(target: string, appid: string | undefined): stri
   return appid && target.startsWith(appid) ? target.slice(appid.length) : target
 }
 
+/** A task row as the stores read it to tell whose task it is (see `serviceOfTask`). */
+export interface TaskRow {
+  ID: string
+  service: string | null
+  msg: string | null
+  target: string
+}
+
+/**
+ * The service a task row is for: the plugin's `service` column; for rows others wrote (CAP's built-in queue leaves it
+ * empty), the `service` of their message, else their target as `serviceOfOldRow` reads it. Undefined if the message
+ * is no JSON object: such a row is nobody's task to remove.
+ */
+export function serviceOfTask(row: TaskRow, appid: string | undefined): string | undefined {
+  if (row.service) return row.service
+  try {
+    const msg: unknown = JSON.parse(row.msg ?? '')
+    if (!msg || typeof msg !== 'object') return undefined
+    const { service } = msg as { service?: unknown }
+    return typeof service === 'string' ? service : serviceOfOldRow(row.target, appid)
+  } catch {
+    return undefined
+  }
+}
+
 /** `ownRowsSql` as a CQN condition, for the operator service's queries. */
 export function ownRowsCqn(appid: string | undefined): Cqn {
   return { xpr: appid ? [ref('appid'), '=', val(appid)] : [ref('appid'), 'is', 'null'] }

@@ -172,9 +172,18 @@ export function deleteRow(ID: string): Fragment {
   return { sql: `DELETE FROM ${TABLE} WHERE ID = ?`, params: [ID] }
 }
 
-/** The row `ID` only if it is this app's (`own`) task `task`: a row of another task or app with that ID stays. */
-export function deleteTask(ID: string, task: string, own: Fragment): Fragment {
-  return { sql: `DELETE FROM ${TABLE} WHERE ID = ? AND task = ? AND ${own.sql}`, params: [ID, task, ...own.params] }
+/** Which of the rows `IDs` are this app's (`own`) task `task`, with what tells their service (see `serviceOfTask`). */
+export function taskRows(IDs: string[], task: string, own: Fragment): Fragment {
+  return {
+    sql: `SELECT ID AS "ID", service AS "service", msg AS "msg", target AS "target" FROM ${TABLE}
+      WHERE ID IN (${IDs.map(() => '?').join(', ')}) AND task = ? AND ${own.sql}`,
+    params: [...IDs, task, ...own.params]
+  }
+}
+
+/** The rows `IDs` only if they are this app's (`own`) task `task`: a row of another task or app with that ID stays. */
+export function deleteTask(IDs: string[], task: string, own: Fragment): Fragment {
+  return { sql: `DELETE FROM ${TABLE} WHERE ID IN (${IDs.map(() => '?').join(', ')}) AND task = ? AND ${own.sql}`, params: [...IDs, task, ...own.params] }
 }
 
 /**

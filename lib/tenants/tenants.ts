@@ -1,6 +1,7 @@
 import cds from '@sap/cds'
 import { runInContext } from '../cap/contexts'
 import { onSubscriptions, subscribedTenants } from '../cap/mtxs'
+import { QueueError } from '../errors'
 import { LOG } from '../log'
 import type { TenantRegister } from './register'
 
@@ -26,21 +27,32 @@ export class Tenants {
   private readonly served = new Map<Tenant, number>()
   private readonly nextDue = new Map<Tenant, number>()
   private readonly failures = new Map<Tenant, { count: number; retryAt: number }>()
+  /**
+   * Tenants unsubscribed in this process, with when their unsubscribe ended (undefined while it runs): nothing of the
+   * runner reads or writes their databases any more, until they are subscribed again (see `readSubscriptions`).
+   */
+  private readonly unsubscribed = new Map<string, number | undefined>()
   private markersReadAt = 0
   private subscriptionsReadAt = 0
 
   constructor(
     /** The register of tenants with messages; undefined: a single tenant app. */
     private readonly register: TenantRegister | undefined,
-    private readonly pollInterval: number
+    private readonly pollInterval: number,
+    /** Abandons what the runner holds of a tenant being unsubscribed, without a write (see `Runner.abandonTenant`). */
+    private readonly abandon: (tenant: string) => void = () => {}
   ) {
     if (register) {
       onSubscriptions({
         subscribed: tenant => {
+          this.unsubscribed.delete(tenant)
           this.subscribed.add(tenant)
           this.want(tenant)
         },
-        unsubscribed: tenant => this.drop(tenant)
+        unsubscribing: tenant => this.unsubscribing(tenant),
+        unsubscribed: tenant => {
+          if (this.unsubscribed.has(tenant)) this.unsubscribed.set(tenant, Date.now())
+        }
       })
     }
   }
@@ -54,15 +66,18 @@ export class Tenants {
     return this.multitenant ? [...this.subscribed] : [undefined]
   }
 
-  /** Runs `fn` in `tenant`'s database, as the privileged runner, detached from whatever request is current. */
+  /**
+   * Runs `fn` in `tenant`'s database, as the privileged runner, detached from whatever request is current; rejects
+   * without touching the database of a tenant unsubscribed in this process.
+   */
   run<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T> {
-    if (tenant === undefined) {
-      cds.context = undefined
-      return fn()
-    }
-    // CAP's types know the event contexts of requests only
-    const Context = cds.EventContext as unknown as new (init: object) => object
-    return runInContext(new Context({ tenant, user: new cds.User.Privileged() }), fn)
+    if (this.gone(tenant)) return Promise.reject(new QueueError(`${describe(tenant)} was unsubscribed: its database is not opened again`, 'TENANT_UNSUBSCRIBED'))
+    return runInTenant(tenant, fn)
+  }
+
+  /** Whether `tenant` was unsubscribed in this process (and not subscribed again since). */
+  gone(tenant: Tenant): boolean {
+    return tenant !== undefined && this.unsubscribed.has(tenant)
   }
 
   /**
@@ -71,6 +86,7 @@ export class Tenants {
    * its messages run after their commit, not after a crash (MTX deploys no queue table there, so it has no marker).
    */
   want(tenant: Tenant): void {
+    if (this.gone(tenant)) return
     if (tenant !== undefined) this.subscribed.add(tenant)
     this.wanted.add(tenant)
   }
@@ -84,7 +100,7 @@ export class Tenants {
 
   /** Marks `tenant` as having messages, for other processes (call before its transaction commits). */
   async mark(tenant: Tenant): Promise<void> {
-    if (tenant !== undefined) await this.register?.mark(tenant)
+    if (tenant !== undefined && !this.gone(tenant)) await this.register?.mark(tenant)
   }
 
   /**
@@ -159,10 +175,17 @@ export class Tenants {
   }
 
   private async readSubscriptions(): Promise<void> {
+    const readAt = Date.now()
     const tenants = await subscribedTenants()
     this.subscriptionsReadAt = Date.now()
     for (const tenant of [...this.subscribed]) if (!tenants.includes(tenant)) this.drop(tenant)
-    for (const tenant of tenants) this.subscribed.add(tenant)
+    for (const tenant of tenants) {
+      // listed while its unsubscribe ran here, or after: still gone; listed by a read begun after it ended: subscribed again (elsewhere)
+      const ended = this.unsubscribed.get(tenant)
+      if (this.unsubscribed.has(tenant) && (ended === undefined || ended >= readAt)) continue
+      this.unsubscribed.delete(tenant)
+      this.subscribed.add(tenant)
+    }
   }
 
   /** An unsubscribed tenant: never looked into again; its database is gone or about to be. */
@@ -174,6 +197,27 @@ export class Tenants {
     this.served.delete(tenant)
     this.register?.forget(tenant).catch(e => LOG.warn(`could not remove the marker of unsubscribed tenant ${tenant}:`, e))
   }
+
+  /**
+   * A tenant being unsubscribed in this process: besides being dropped, it is gone (no statement of the runner opens
+   * its database again), and what the runner holds of it is abandoned without a write.
+   */
+  private unsubscribing(tenant: string): void {
+    this.unsubscribed.set(tenant, undefined)
+    this.drop(tenant)
+    this.abandon(tenant)
+  }
+}
+
+/** Runs `fn` in `tenant`'s database as the privileged runner, detached from whatever request is current. */
+export function runInTenant<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T> {
+  if (tenant === undefined) {
+    cds.context = undefined
+    return fn()
+  }
+  // CAP's types know the event contexts of requests only
+  const Context = cds.EventContext as unknown as new (init: object) => object
+  return runInContext(new Context({ tenant, user: new cds.User.Privileged() }), fn)
 }
 
 export function describe(tenant: Tenant): string {

@@ -11,5 +11,6 @@ module.exports = {
   testEnvironment: 'node',
   testMatch: ['<rootDir>/test/browser/*.test.js'],
   testTimeout: 60000,
-  maxWorkers: 1
+  maxWorkers: 1,
+  reporters: require('../../package.json').jest.reporters
 }

@@ -21,5 +21,6 @@ module.exports = {
   rootDir: root,
   testTimeout: 180000,
   maxWorkers: main.maxWorkers,
+  reporters: main.reporters,
   projects: main.projects.map(faults)
 }

@@ -73,9 +73,12 @@ async function startInstances(database, [first, ...others]) {
   return started.concat(await Promise.all(others.map(options => startInstance(database, options))))
 }
 
-/** Runs test/support/one-off.js with ONE_OFF=`action` (and `env`) against the database; resolves when it exited 0. */
-function runOneOff(database, action, { requires = {}, env = {} } = {}) {
-  const child = fork(path.join(__dirname, 'one-off.js'), [], {
+/**
+ * Runs test/support/one-off.js with ONE_OFF=`action` (and `env`) against the database, or another `script` of this
+ * folder (e.g. cap-task.js, CAP's built-in queue without the plugin); resolves when it exited 0.
+ */
+function runOneOff(database, action, { requires = {}, env = {}, script = 'one-off.js' } = {}) {
+  const child = fork(path.join(__dirname, script), [], {
     env: { ...environment(database, { name: 'one-off', requires, env }), ONE_OFF: action },
     silent: true
   })
@@ -83,7 +86,7 @@ function runOneOff(database, action, { requires = {}, env = {} } = {}) {
   child.stdout.on('data', chunk => (output += chunk))
   child.stderr.on('data', chunk => (output += chunk))
   return new Promise((resolve, reject) =>
-    child.once('exit', code => (code === 0 ? resolve(output) : reject(new Error(`one-off ${action} exited with ${code}:\n${output}`))))
+    child.once('exit', code => (code === 0 ? resolve(output) : reject(new Error(`${script} ${action} exited with ${code}:\n${output}`))))
   )
 }
 

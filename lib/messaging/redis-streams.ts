@@ -1,0 +1,80 @@
+import cds from '@sap/cds'
+import fs from 'fs'
+import os from 'os'
+import path from 'path'
+import { whenListening } from '../cap/lifecycle'
+import { deliverInbound, listensToAll, outbound, subscribedTopics } from '../cap/messaging'
+import { MessagingService } from '../cap/messaging-service'
+import { compileRedisStreams, type Raw } from '../config'
+import type { RedisStreamsSettings } from '../interfaces'
+import { RedisLink } from './redis-link'
+import { StreamConsumer } from './stream-consumer'
+import { entryFields, xaddArguments } from './stream-entries'
+
+/**
+ * `kind: 'redis-streams'`: a CAP messaging service on Redis Streams, an at-least-once broker. Publishing appends an
+ * entry to the topic's stream (XADD), which Redis keeps until the stream's bound trims it, whether anyone listens or
+ * not; each app consumes as one consumer group, so its instances share the entries, and acknowledges an entry only
+ * after its effect committed (lib/messaging/stream-consumer.ts). Configured and used like CAP's `redis-messaging`.
+ */
+
+/** How long `cds.connect.to` waits for Redis at start; then the app starts anyway and the connection follows. */
+const CONNECT_WAIT = 3000
+
+/** The app's name (its package.json), which names its consumer group unless `group` is configured. */
+function appName(): string {
+  try {
+    const { name } = JSON.parse(fs.readFileSync(path.join(cds.root, 'package.json'), 'utf8')) as { name?: unknown }
+    if (typeof name === 'string' && name) return name
+  } catch {
+    // no package.json: the fallback below
+  }
+  return 'cap-app'
+}
+
+export default class RedisStreamsMessaging extends MessagingService {
+  private settings!: RedisStreamsSettings
+  private publisher!: RedisLink
+  private consumer: StreamConsumer | undefined
+  private readonly log = cds.log('redis-streams|messaging')
+
+  override async init(): Promise<void> {
+    await super.init()
+    this.settings = compileRedisStreams(this.options as Raw, `cds.requires.${this.name}`, {
+      group: appName(),
+      consumer: `${os.hostname()}:${process.pid}`
+    })
+    this.publisher = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint})`, this.log, true)
+    whenListening(() => this.listen())
+    cds.on('shutdown', () => this.close())
+    await this.publisher.open(CONNECT_WAIT)
+  }
+
+  override async handle(msg: object): Promise<unknown> {
+    if ((msg as { inbound?: boolean }).inbound) return super.handle(msg)
+    const message = outbound(this, msg)
+    // Fails at once while Redis is away: a queued emit is retried with the queue's backoff.
+    this.publisher.assertReady()
+    const fields = entryFields(message, cds.context?.tenant ?? undefined)
+    await this.publisher.send(['XADD', message.event, ...xaddArguments(this.settings.trim, fields)])
+    return undefined
+  }
+
+  /** Starts consuming once the app serves: its subscriptions are registered by then. */
+  private listen(): void {
+    if (listensToAll(this)) this.log.warn(`${this.name}: a subscription to '*' is not supported by redis-streams (a stream per topic): subscribe to topics`)
+    const reader = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint}, consumer)`, this.log, false)
+    this.consumer = new StreamConsumer(reader, this.settings, {
+      streams: () => subscribedTopics(this),
+      deliver: (message, tenant) => deliverInbound(this, tenant, message),
+      log: this.log
+    })
+    void reader.open(0)
+    this.consumer.start()
+  }
+
+  private async close(): Promise<void> {
+    await this.consumer?.stop()
+    await this.publisher.close()
+  }
+}

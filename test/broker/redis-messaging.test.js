@@ -1,0 +1,38 @@
+const { suiteRedis, haltServer, restartServer, failedRelay } = require('./support/redis')
+const { startApp } = require('../support/app')
+const { waitFor } = require('../support/wait')
+const { MESSAGES, messages } = require('../support/outbox')
+const cds = require('@sap/cds')
+
+// CAP's own Redis adapter (pub/sub) with the plugin's queue. A password, as on SAP BTP: CAP's adapter rewrites a
+// credentials.uri without user and password into one without its host (see README, CAP's redis-messaging).
+const redis = suiteRedis({ password: 'secret' })
+startApp({
+  requires: {
+    queue: { backoff: { base: 50, factor: 2, max: 500 } },
+    messaging: { kind: 'redis-messaging', credentials: { uri: `redis://default:secret@127.0.0.1:${redis.port}` } }
+  },
+  log: { levels: { 'redis-messaging': 'silent' } }
+})
+// CAP's adapter does not close its client on shutdown: it would keep reconnecting after the suite (test only)
+afterAll(async () => cds.unqueued(await cds.connect.to('messaging')).client.destroy())
+
+describe("CAP's redis-messaging with the plugin", () => {
+  afterEach(() => DELETE.from(MESSAGES))
+
+  test('a relay while Redis is down fails at once and is retried with backoff until Redis is back, then published', async () => {
+    const messaging = await cds.connect.to('messaging')
+    const adapter = cds.unqueued(messaging)
+    await haltServer(redis, 'SIGKILL')
+    // (test only) the adapter's client has noticed that the connection is gone
+    await waitFor(() => !adapter.client.isReady, { what: "the adapter's client to notice the outage" })
+
+    await cds.tx(() => messaging.emit('orders/created', { n: 1 }))
+    const failed = await failedRelay(2)
+    expect(failed.lastError).toMatch(/Redis connection not ready/)
+
+    // Published once Redis is back (pub/sub: a subscriber connected at that moment gets it, see README)
+    await restartServer(redis)
+    await waitFor(async () => (await messages()).length === 0, { timeout: 30000, what: 'the relay after Redis is back' })
+  })
+})

@@ -1,0 +1,121 @@
+const os = require('os')
+const { newDatabaseFile, onPostgres } = require('../../support/app')
+const { startInstance, stopInstance } = require('../../support/instances')
+const { waitFor } = require('../../support/wait')
+
+/**
+ * The end-to-end suite's two apps, producer and consumer (producer.js, consumer.js), each in a process of its own
+ * with a database of its own of the project's kind (a SQLite file, or a database of the run's PostgreSQL server), and
+ * what the test reads from their databases and from Redis. Processes are started and stopped by their PID.
+ */
+
+/**
+ * `cds.requires.db` of a new database of the project's kind. On PostgreSQL the pool waits up to 10 s for a connection:
+ * a first connection to a database just created took longer than the default 1 s on the loaded machine, and the
+ * deployment failed (as test/support/app.js notes for the in-process suites).
+ */
+async function newDatabase() {
+  if (!onPostgres()) return { kind: 'sqlite', credentials: { url: newDatabaseFile() } }
+  const postgres = require('../../support/postgres')
+  const name = postgres.newDatabaseName()
+  await postgres.createDatabase(name)
+  const db = postgres.dbConfig(name)
+  return { ...db, pool: { ...db.pool, acquireTimeoutMillis: 10000 } }
+}
+
+/** Runs `sql` on `database` (as newDatabase returned it) and resolves to its rows. */
+async function query(database, sql) {
+  if (database.kind === 'postgres') {
+    return require('../../support/postgres').withClient(async client => (await client.query(sql)).rows, database.credentials.database)
+  }
+  const db = new (require('better-sqlite3'))(database.credentials.url, { readonly: true, timeout: 5000 })
+  try {
+    return db.prepare(sql).all()
+  } finally {
+    db.close()
+  }
+}
+
+/** Order numbers of the test_Records rows of `kind`, one per row (duplicates kept), and the CloudEvents ids of those received. */
+async function records(database, kind) {
+  const rows = await query(database, `SELECT message AS "n", note AS "id" FROM test_Records WHERE kind = '${kind}'`)
+  return rows.map(r => ({ n: Number(r.n), id: r.id }))
+}
+
+/** Rows left in the app's queue table. */
+async function queued(database) {
+  const [row] = await query(database, 'SELECT CAST(COUNT(*) AS INTEGER) AS "count" FROM cds_outbox_Messages')
+  return Number(row.count)
+}
+
+/** The broker service of both apps: redis-streams on the suite's server; the consumer's is inboxed. */
+function brokerConfig(redis, own = {}) {
+  return { broker: { kind: 'redis-streams', credentials: { uri: redis.url }, format: 'cloudevents', claimAfter: '2s', ...own } }
+}
+
+/**
+ * Queue options of both apps: short leases (a killed producer's claims are taken over after 2 s), quick retries, and
+ * batches of 10: a relay attempt is a broker round trip (10 ms and more with Redis fsyncing every write, on the loaded
+ * 2-core machine), so a batch of 50 took its first few within its 100 ms and handed the rest back; in one run 26,422
+ * hand-backs for 2,000 relays, whose writes slowed the relay to a crawl.
+ */
+const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' }, batchSize: 10 }
+
+function startProducer(database, redis, { deploy = false } = {}) {
+  return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue: QUEUE, requires: brokerConfig(redis) })
+}
+
+function startConsumer(database, redis, { deploy = false } = {}) {
+  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, queue: QUEUE, requires: brokerConfig(redis, { inboxed: true }) })
+}
+
+/** The consumer's name in its group: redis-streams names a process by host and PID. */
+const consumerName = child => `${os.hostname()}:${child.pid}`
+
+/** Kills a process with SIGKILL, by its PID, and waits until it is gone. */
+async function kill(child) {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = new Promise(resolve => child.once('exit', resolve))
+  process.kill(child.pid, 'SIGKILL')
+  await exited
+}
+
+/** Starts the producer's business transactions (see producer.js). */
+async function placeOrders(producer, { from = 0, count, perTx = 10, rollbackEvery = 6 }) {
+  const res = await fetch(`${producer.url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ from, count, perTx, rollbackEvery }) })
+  if (res.status !== 202) throw new Error(`POST /orders answered ${res.status}: ${await res.text()}`)
+}
+
+/** How far the producer's business transactions are: { done, committed, error }. */
+const placing = async producer => (await fetch(`${producer.url}/orders`)).json()
+
+/** Waits until the producer placed all orders; resolves with the number committed. */
+async function ordersPlaced(producer) {
+  const { committed, error } = await waitFor(async () => {
+    const progress = await placing(producer)
+    return progress.done && progress
+  }, { timeout: 600000, interval: 250, what: 'the producer to place its orders' })
+  if (error) throw new Error(`placing orders failed: ${error}`)
+  return committed
+}
+
+const relayStats = async producer => (await fetch(`${producer.url}/relay-stats`)).json()
+
+/**
+ * Waits until the consumer has handled every committed order, both queue tables are empty and nothing is pending in
+ * the consumer's group: nothing more can arrive. Resolves with when that was.
+ */
+async function settled({ producerDb, consumerDb, redisClient, timeout = 300000 }) {
+  await waitFor(async () => {
+    const [committed, received] = await Promise.all([records(producerDb, 'order'), records(consumerDb, 'received')])
+    if (new Set(received.map(r => r.n)).size < committed.length) return false
+    if ((await queued(producerDb)) + (await queued(consumerDb)) > 0) return false
+    const [pending] = await redisClient.sendCommand(['XPENDING', 'orders/created', 'event-queues-test-app'])
+    return Number(pending) === 0
+  }, { timeout, interval: 250, what: 'every committed order received, both queues empty, nothing pending in Redis' })
+  return Date.now()
+}
+
+module.exports = {
+  newDatabase, query, records, queued, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
+}
