@@ -20,7 +20,10 @@ function consumerApps(prefix) {
       const postgres = require('./postgres')
       const database = postgres.newDatabaseName()
       await postgres.createDatabase(database)
-      return database
+      // the first connection to a database just created can take over @cap-js/postgres's 1 s acquire timeout on a
+      // loaded machine, and the deployment fails (as test/support/app.js notes)
+      const db = postgres.dbConfig(database)
+      return { ...db, pool: { ...db.pool, acquireTimeoutMillis: 10000 } }
     },
     /** Starts an app on `db` with `env` and `requires`; leases of 2 s, so a killed process's claims expire soon. */
     async start(name, db, env, requires = {}, deploy = false) {
