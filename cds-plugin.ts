@@ -9,6 +9,7 @@ import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
 import { announceOpsPage, mountOpsPage } from './lib/ops/page'
 import { activate, queueObservations } from './lib/plugin'
+import { serveIdempotent } from './lib/receipts/idempotent'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
 import { observeQueues } from './lib/telemetry/metrics'
 import { LOG } from './lib/log'
@@ -31,6 +32,10 @@ else {
   // Every messaging service is queued by default, also one the app configures with an `impl` of its own.
   if (cds.env.requires) queueMessagingImpls(cds.env.requires)
 
+  // Operations marked @idempotent answer a repeated Idempotency-Key from their record (lib/receipts).
+  const { persistent, appid, queues } = plugin.settings
+  const idempotent = persistent ? { store: () => plugin.runner.store, appid, retention: queues.defaultQueue.receiptRetention } : undefined
+  cds.on('serving', srv => serveIdempotent(srv, idempotent))
   // The ops page comes with the operator service and is restricted like it.
   if (cds.env.requires?.[OPERATOR_ENTRY]) {
     cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))

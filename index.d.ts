@@ -83,6 +83,25 @@ export interface QueueOptions {
    * counted in the metrics). At least 1 s, e.g. `'30d'`. Default `false`: dead letters stay until an operator acts.
    */
   deadLetterRetention?: Duration | false
+  /**
+   * How long receivers keep what they recorded: an inbox on this queue the IDs of the inbound messages it processed;
+   * in `cds.requires.queue`, `@idempotent` operations their keys and responses. At least 1 s. Default '7d'.
+   */
+  receiptRetention?: Duration
+}
+
+/**
+ * The consumer half's options of a service in `cds.requires` (README, "The consumer half"), beside CAP's own.
+ */
+export interface ConsumerServiceOptions {
+  /**
+   * A messaging service's inbox (CAP's option): inbound messages go through the queue, and a redelivery of an ID
+   * received before is dropped. `messageId`: where the ID is, `'headers.<name>'` or `'data.<path>'` (the first of a
+   * list that has one); default CloudEvents' `id`, else `x-message-id`; `false`: no deduplication.
+   */
+  inboxed?: boolean | { messageId?: string | string[] | false }
+  /** Queued calls of this (remote) service carry their message ID as `Idempotency-Key` (`true`) or the named header. */
+  idempotencyKey?: boolean | string
 }
 
 /** What a queued handler finds in `req.queue`. */
@@ -101,14 +120,20 @@ export interface QueueMessageInfo {
   task?: string
   every?: number | string
   after?: number
+  /** For a message with an ordering key: its number in the key's sequence, from 1, without gaps in what committed. */
+  sequence?: number
+  /** For an inbound message of an inboxed service: its receipt in `cds.outbox.Receipts`, marked processed on commit. */
+  receipt?: { scope: string; ID: string }
 }
 
 /** A queued proxy of a service: `emit`, `send`, `run` persist the call and resolve to `undefined`. */
 export type QueuedService<S extends Service = Service> = S & {
   /** The effective options of the service's queue. */
-  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey' | 'deadLetterRetention'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'> & {
+  readonly queued: Required<Omit<QueueOptions, 'timezone' | 'orderingKey' | 'deadLetterRetention' | 'receiptRetention'>> & Pick<QueueOptions, 'timezone' | 'orderingKey'> & {
     /** In ms; undefined: dead letters are kept. */
     deadLetterRetention: number | undefined
+    /** In ms. */
+    receiptRetention: number
   }
   readonly outboxed: QueuedService<S>['queued']
   flush(): Promise<void>

@@ -1,6 +1,8 @@
 using from '@sap/cds/srv/outbox';
 // pauses, circuit breakers and rate windows shared by every instance (README: Protecting remote systems)
 using from './controls';
+// what receivers record, and the sequence numbers of ordering keys (the consumer half)
+using from './consumer';
 
 /**
  * CAP's own queue table (@sap/cds/srv/outbox), extended rather than redefined: an app that uses CAP's model as well

@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
-import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage, TraceContext } from './interfaces'
+import type { HeaderRule, NewMessage, QueueInfo, ReceiptRef, StoredContext, StoredMessage, TraceContext } from './interfaces'
 import { clock } from './time/clock'
 
 /**
@@ -108,12 +108,26 @@ export function eventOf(req: Dispatchable): string | undefined {
   return event?.slice(0, 255)
 }
 
-/** `traceContext`: the trace the message's handler continues (see lib/telemetry), stored beside CAP's fields. */
-export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule, traceContext?: TraceContext): Encoded {
+/** What the plugin stores with a message beside what the call gave. */
+export interface Additions {
+  /** The trace the message's handler continues (see lib/telemetry). */
+  traceContext?: TraceContext
+  /** The sequence number of its ordering key: `req.queue.sequence`, and on the wire (lib/wire.ts). */
+  sequence?: number
+  /** An inbound message's receipt (lib/receipts): `req.queue.receipt`. */
+  receipt?: ReceiptRef
+  /** The header its message ID goes out in (lib/wire.ts). */
+  idempotencyKey?: string
+}
+
+export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule, additions: Additions = {}): Encoded {
+  const { traceContext, sequence, receipt, idempotencyKey } = additions
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
   if (traceContext) msg.traceContext = traceContext
+  if (idempotencyKey) msg.idempotencyKey = idempotencyKey
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
+  if (sequence !== undefined || receipt) msg.queue = { ...msg.queue, ...(sequence !== undefined && { sequence }), ...(receipt && { receipt }) }
   if (msg.headers) msg.headers = withoutSecrets(msg.headers, secretHeader)
   if (req.query) {
     msg.query = storableQuery(req.query)
@@ -141,6 +155,8 @@ export interface DecodedMessage {
   request: Dispatchable
   fromSend: boolean
   traceContext?: TraceContext
+  /** The header its message ID goes out in (see `Additions`). */
+  idempotencyKey?: string
 }
 
 export class CorruptMessage extends QueueError {
@@ -158,12 +174,14 @@ export function decode(json: string, target: string): DecodedMessage {
     throw new CorruptMessage(`msg is not valid JSON (${(e as Error).message})`)
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new CorruptMessage('msg is not a JSON object')
-  const { [INTERNAL_USER]: userId, service, context, _fromSend, traceContext, ...rest } = parsed as StoredMessage
+  const { [INTERNAL_USER]: userId, service, context, _fromSend, traceContext, idempotencyKey, ...rest } = parsed as StoredMessage
   const request = rest as Dispatchable
   if (!request.event && !request.query) throw new CorruptMessage('msg has neither an event nor a query')
   if (request.query) request.query = (cds.ql as unknown as (cqn: object) => object)(request.query as object)
   // Rows of old CAP versions carry no `service`: their target was the service name.
-  return { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend, traceContext: storedTraceContext(traceContext) }
+  const decoded: DecodedMessage = { serviceName: service ?? target, userId, context: context ?? {}, request, fromSend: !!_fromSend, traceContext: storedTraceContext(traceContext) }
+  if (typeof idempotencyKey === 'string') decoded.idempotencyKey = idempotencyKey
+  return decoded
 }
 
 /** A stored trace context as far as it has the right shape; anything else is ignored, never a corrupt message. */

@@ -2,7 +2,7 @@ import { describe, invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { dataPathKey, isDataPath } from './ordering'
 import { NEVER_STORED_HEADERS, secretHeaderRule } from './secrets'
-import type { BackoffSettings, CircuitBreakerSettings, DeadLetterOrdering, DeliveryMode, RateLimitSettings, HeaderRule, OrderingKeySource, QueueSettings, RedisStreamsSettings, RunnerSettings, StoreChoice } from './interfaces'
+import type { BackoffSettings, CircuitBreakerSettings, DeadLetterOrdering, DeliveryMode, MessageIdSource, RateLimitSettings, HeaderRule, OrderingKeySource, QueueSettings, RedisStreamsSettings, RunnerSettings, StoreChoice } from './interfaces'
 import { LOG } from './log'
 
 /**
@@ -95,22 +95,38 @@ function secretHeader(raw: Raw, where: string): HeaderRule {
   return secretHeaderRule(secret, keep)
 }
 
-/** The shortest dead-letter retention: below it, a dead letter would be gone before anyone could look at it. */
+/** The shortest retention (dead letters, receipts): below it, a row would be gone before anyone could look at it. */
 const MIN_RETENTION = 1000
+
+/** A retention of option `where`: a duration of at least `MIN_RETENTION`; `allowed` says so in the error. */
+function retention(value: unknown, where: string, allowed: string): number {
+  let ms: number
+  try {
+    ms = parseDuration(value, where)
+  } catch {
+    throw invalid(where, value, allowed)
+  }
+  if (ms < MIN_RETENTION) throw invalid(where, value, allowed)
+  return ms
+}
 
 /** How long a queue keeps its dead letters (ms); `false`, the default, keeps them until an operator acts: undefined. */
 function deadLetterRetention(raw: Raw, where: string): number | undefined {
   const value = raw.deadLetterRetention ?? false
   if (value === false) return undefined
-  const allowed = `a duration of at least ${MIN_RETENTION / 1000} s such as '30d', or false to keep dead letters`
-  let ms: number
-  try {
-    ms = parseDuration(value, `${where}.deadLetterRetention`)
-  } catch {
-    throw invalid(`${where}.deadLetterRetention`, value, allowed)
-  }
-  if (ms < MIN_RETENTION) throw invalid(`${where}.deadLetterRetention`, value, allowed)
-  return ms
+  return retention(value, `${where}.deadLetterRetention`, `a duration of at least ${MIN_RETENTION / 1000} s such as '30d', or false to keep dead letters`)
+}
+
+/**
+ * How long receivers keep a processed message ID or an idempotency key (lib/receipts): a week outlasts a broker's
+ * redeliveries and a sender's retries (10 attempts of CAP's backoff take under 2 minutes) and leaves time to revive a
+ * dead letter after an incident, at one row per message (figures in the README).
+ */
+const DEFAULT_RECEIPT_RETENTION = '7d'
+
+function receiptRetention(raw: Raw, where: string): number {
+  const value = raw.receiptRetention ?? DEFAULT_RECEIPT_RETENTION
+  return retention(value, `${where}.receiptRetention`, `a duration of at least ${MIN_RETENTION / 1000} s such as '7d'`)
 }
 
 const DEAD_LETTER_ORDERING: DeadLetterOrdering[] = ['continue', 'block']
@@ -168,7 +184,7 @@ function circuitBreaker(raw: Raw, where: string): CircuitBreakerSettings | undef
 const QUEUE_KEYS = [
   'maxAttempts', 'timeout', 'handlerTimeout', 'maxMessageSize', 'backoff', 'storeLastError', 'maxErrorLength',
   'legacyLocking', 'timezone', 'orderingKey', 'orderingOnDeadLetter', 'concurrency', 'secretHeaders', 'keepHeaders',
-  'rateLimit', 'circuitBreaker', 'deadLetterRetention'
+  'rateLimit', 'circuitBreaker', 'deadLetterRetention', 'receiptRetention'
 ]
 /** Options of the runner as a whole: only in `cds.requires.queue`. */
 const RUNNER_KEYS = ['pollInterval', 'shutdownGrace', 'chunkSize', 'maxClaimBytes', 'batchSize', 'statisticsInterval', 'store', 'deliver']
@@ -272,7 +288,8 @@ export function compileQueue(name: string, raw: Raw, where: string): QueueSettin
     secretHeader: secretHeader(raw, where),
     rateLimit: rateLimit(raw, where),
     circuitBreaker: circuitBreaker(raw, where),
-    deadLetterRetention: deadLetterRetention(raw, where)
+    deadLetterRetention: deadLetterRetention(raw, where),
+    receiptRetention: receiptRetention(raw, where)
   }
 }
 
@@ -315,6 +332,58 @@ export function queueSetting(conf: Raw | undefined): unknown {
   return values.find(v => v !== undefined)
 }
 
+
+/** The header the IETF draft "The Idempotency-Key HTTP Header Field" defines. */
+export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key'
+
+/**
+ * `idempotencyKey` of a (remote) service: `true` sends each queued call's message ID as `Idempotency-Key`, a header
+ * name sends it under that name; `false` or nothing sends none. Undefined: none.
+ */
+export function idempotencyKeyHeader(conf: Raw, where: string): string | undefined {
+  const value = conf.idempotencyKey
+  if (value === undefined || value === null || value === false) return undefined
+  if (value === true) return IDEMPOTENCY_KEY_HEADER
+  if (typeof value === 'string' && HEADER_NAME.test(value) && !value.includes('*')) return value
+  throw invalid(`${where}.idempotencyKey`, value, `true (the header ${IDEMPOTENCY_KEY_HEADER}), a header name like 'X-Request-ID', or false`)
+}
+
+/** CloudEvents' `id`, else the header other formats carry (lib/wire.ts): what a relayed message of this plugin has. */
+export const DEFAULT_MESSAGE_ID_SOURCES: MessageIdSource[] = [
+  { in: 'headers', path: ['id'] },
+  { in: 'headers', path: ['x-message-id'] }
+]
+
+const MESSAGE_ID_SOURCE = /^(headers)\.([!#$%&'+.^_`|~0-9A-Za-z-]+)$|^(data)\.([A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*)$/
+
+function messageIdSource(value: unknown): MessageIdSource | undefined {
+  const match = typeof value === 'string' ? MESSAGE_ID_SOURCE.exec(value) : null
+  if (!match) return undefined
+  return match[1] ? { in: 'headers', path: [match[2]] } : { in: 'data', path: match[4].split('.') }
+}
+
+/**
+ * How an inboxed messaging service deduplicates inbound messages (`inboxed: { messageId }`): by the first of the
+ * named places that has a value (`'headers.<name>'`, `'data.<path>'`, or a list of them), by the default ones for
+ * `inboxed: true`; `messageId: false` switches deduplication off. Undefined: the service is not inboxed.
+ */
+export function inboxMessageId(conf: Raw, where: string): MessageIdSource[] | false | undefined {
+  const inboxed = conf.inboxed ?? conf.inbox
+  if (!inboxed) return undefined
+  if (inboxed === true) return DEFAULT_MESSAGE_ID_SOURCES
+  const allowed = "true, or an object { messageId } whose messageId is 'headers.<name>', 'data.<path>', a list of them, or false"
+  if (typeof inboxed !== 'object' || Array.isArray(inboxed)) throw invalid(`${where}.inboxed`, inboxed, allowed)
+  const options = inboxed as Raw
+  const unknown = Object.keys(options).filter(k => k !== 'messageId')
+  if (unknown.length) throw invalid(`${where}.inboxed`, inboxed, allowed)
+  const value = options.messageId ?? true
+  if (value === false) return false
+  if (value === true) return DEFAULT_MESSAGE_ID_SOURCES
+  const list = Array.isArray(value) ? value : [value]
+  const sources = list.map(messageIdSource)
+  if (list.length && sources.every((s): s is MessageIdSource => !!s)) return sources
+  throw invalid(`${where}.inboxed.messageId`, value, "'headers.<name>' (e.g. 'headers.x-event-id'), 'data.<path>' (e.g. 'data.event.ID'), a list of them, or false")
+}
 
 /** Where Redis is when no credentials are configured: the redis client's default, as in CAP's Redis adapter. */
 const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379'

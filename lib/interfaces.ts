@@ -58,6 +58,8 @@ export interface QueueSettings {
   circuitBreaker: CircuitBreakerSettings | undefined
   /** How long a dead letter is kept after its last attempt before the retention deletes it; undefined = kept. */
   deadLetterRetention: number | undefined
+  /** How long the ID of an inbound message this queue processed is kept for deduplication (see lib/receipts). */
+  receiptRetention: number
 }
 
 /** Whether a header of a queued call carries a credential, so that it is not stored. */
@@ -105,6 +107,20 @@ export interface RunnerSettings {
 
 /** How often the runner delivers a message: `once`, or `twice` in an app's tests, to show its handlers are idempotent. */
 export type DeliveryMode = 'once' | 'twice'
+
+/** Where an inbound message's ID is: a header (case-insensitive), or a path into its data. */
+export interface MessageIdSource {
+  in: 'headers' | 'data'
+  path: string[]
+}
+
+/** What the consumer half needs of the services' configuration (see lib/receipts, lib/wire.ts). */
+export interface ReceiverSettings {
+  /** Inboxed messaging services by name: where their messages' IDs are; false: they deduplicate nothing. */
+  inboxes: Map<string, MessageIdSource[] | false>
+  /** Services whose queued calls carry their message ID as a header (`idempotencyKey`): that header's name. */
+  idempotencyKeys: Map<string, string>
+}
 
 /** A dead letter the retention deleted, as an operator reads it in the log. */
 export interface DeletedMessage {
@@ -203,7 +219,17 @@ export interface QueueInfo {
   task?: string
   after?: number
   every?: number | string
+  /** The plugin's: the sequence number of the message's ordering key (1 for the key's first message). */
+  sequence?: number
+  /** The plugin's: the receipt of an inbound message, marked processed in its subscriber's transaction. */
+  receipt?: ReceiptRef
   [key: string]: unknown
+}
+
+/** A row of `cds.outbox.Receipts` (db/consumer.cds): what a receiver recorded of a message or request. */
+export interface ReceiptRef {
+  scope: string
+  ID: string
 }
 
 /**
@@ -234,6 +260,8 @@ export interface StoredMessage {
   results?: unknown
   /** The plugin's addition: CAP's runner ignores it (it becomes an unused property of the event it dispatches). */
   traceContext?: TraceContext
+  /** The plugin's addition: the header the message's ID goes out in (a remote service's `idempotencyKey`). */
+  idempotencyKey?: string
   [key: string]: unknown
 }
 

@@ -1,5 +1,6 @@
 import cds from '@sap/cds'
 import { Health } from './health'
+import { Inbox } from './receipts/inbox'
 import { Retention, type InTenant } from './retention'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
@@ -17,6 +18,8 @@ export interface EventQueues {
   readonly retention: Retention
   /** `cds.queued.health()`. */
   readonly health: Health
+  /** Deduplicates inbound messages of inboxed messaging services. */
+  readonly inbox: Inbox
 }
 
 let active: EventQueues | undefined
@@ -34,7 +37,8 @@ export function activate(env: Environment): EventQueues {
   const count = async (now: number) => withControls(await runner.store.queueStatistics(settings.queues.attemptLimits(), now), settings.queues, settings.appid, blank)
   const statistics = new QueueStatistics((tenant, now) => inTenant(tenant, () => count(now)), settings.runner.statisticsInterval)
   const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
-  return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics, tenants, inTenant) })
+  const health = new Health(settings, runner, statistics, tenants, inTenant)
+  return (active = { settings, runner, statistics, retention, health, inbox: new Inbox(settings.receivers, settings.appid) })
 }
 
 /** What the queue gauges report: the statistics of every tenant this process looks after. */

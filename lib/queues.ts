@@ -138,6 +138,11 @@ export class QueueRegistry {
     LOG.warn(message)
   }
 
+  /** The queue a service's messages go to: the one it was bound to, else the one its configuration names. */
+  queueOfService(serviceName: string): QueueSettings {
+    return this.byService.get(serviceName) ?? this.queueOf(serviceName, this.requires[serviceName] as Raw | undefined)
+  }
+
   /** Every queue defined so far. */
   all(): QueueSettings[] {
     return [...this.byName.values()]

@@ -3,15 +3,17 @@ import { groupBy } from './group-by'
 import type { QueueRegistry } from './queues'
 import type { DeletedMessage } from './interfaces'
 import type { QueueStore } from './store/queue-store'
+import { pruneExpired } from './receipts/receipts'
 import { countDeletedDeadLetters } from './telemetry/metrics'
 import { LOG } from './log'
 import { clock } from './time/clock'
 
 /**
- * Dead-letter retention: dead letters older than their queue's `deadLetterRetention` (counted from their last
- * attempt) are deleted in small batches, each its own short transaction that skips rows others hold, so the cleanup
- * never holds a long lock and several instances never wait for each other (each deletes rows the others skipped).
- * Every deletion is logged and counted in the metrics.
+ * Retention. Dead letters older than their queue's `deadLetterRetention` (counted from their last attempt) are
+ * deleted in small batches, each its own short transaction that skips rows others hold, so the cleanup never holds a
+ * long lock and several instances never wait for each other (each deletes rows the others skipped). Every deletion
+ * is logged and counted in the metrics. Receipts past their expiry (`receiptRetention`, lib/receipts) go the same
+ * way, in every tenant: one pruner for what the queue and its receivers keep.
  */
 
 /** Dead letters one statement deletes at most. */
@@ -26,6 +28,8 @@ export type InTenant = <T>(tenant: string | undefined, fn: () => Promise<T>) => 
 export class Retention {
   private timer: NodeJS.Timeout | undefined
   private running: Promise<void> | undefined
+  /** The cleanup after the one in progress, shared by everyone who asks for one meanwhile (see `run`). */
+  private next: Promise<void> | undefined
   private stopped = false
 
   constructor(
@@ -45,22 +49,28 @@ export class Retention {
   stop(): Promise<void> {
     this.stopped = true
     clearTimeout(this.timer)
-    return this.running ?? Promise.resolve()
-  }
-
-  /** Runs one cleanup now (a cleanup in progress is shared). */
-  run(): Promise<void> {
-    this.running ??= this.cleanUp().finally(() => (this.running = undefined))
-    return this.running
+    return this.next ?? this.running ?? Promise.resolve()
   }
 
   /**
-   * A tenth of the shortest retention; the longest interval while no queue has one: queues created later with
+   * Runs a cleanup that begins now, or right after the one in progress: that one may have passed rows written since
+   * it began (a cleanup now also prunes receipts, so it runs longer). Callers meanwhile share the next one.
+   */
+  run(): Promise<void> {
+    if (!this.running) return (this.running = this.cleanUp().finally(() => (this.running = undefined)))
+    this.next ??= this.running.then(() => {
+      this.next = undefined
+      return this.run()
+    })
+    return this.next
+  }
+
+  /**
+   * A tenth of the shortest retention of dead letters or receipts: queues created later with
    * `cds.queued(srv, { deadLetterRetention })` are found at the next run.
    */
   private interval(): number {
-    const retentions = this.retentions()
-    if (retentions.length === 0) return MAX_INTERVAL
+    const retentions = [...this.retentions(), ...this.queues.all().map(queue => queue.receiptRetention)]
     return Math.min(MAX_INTERVAL, Math.max(MIN_INTERVAL, Math.min(...retentions) / 10))
   }
 
@@ -76,14 +86,32 @@ export class Retention {
   }
 
   private async cleanUp(): Promise<void> {
-    if (this.retentions().length === 0) return
+    const deadLetters = this.retentions().length > 0
     for (const tenant of this.tenants()) {
       try {
-        await this.cleanUpTenant(tenant)
+        if (deadLetters) await this.cleanUpTenant(tenant)
       } catch (e) {
         LOG.warn(`could not delete the dead letters past their retention${tenant ? ` of tenant ${tenant}` : ''}; next time:`, e)
       }
+      try {
+        await this.pruneReceipts(tenant)
+      } catch (e) {
+        LOG.warn(`could not delete the receipts past their receiptRetention${tenant ? ` of tenant ${tenant}` : ''}; next time:`, e)
+      }
     }
+  }
+
+  /** Receipts past their expiry, batch after batch until one finds fewer than a batch's worth, yielding between. */
+  private async pruneReceipts(tenant: string | undefined): Promise<void> {
+    const now = Date.now()
+    let deleted = 0
+    while (!this.stopped) {
+      const batch = await this.inTenant(tenant, () => pruneExpired(now, BATCH))
+      deleted += batch
+      if (batch < BATCH) break
+      await yielded()
+    }
+    if (deleted) LOG._debug && LOG.debug(`deleted ${deleted} receipts past their receiptRetention${tenant ? ` (tenant ${tenant})` : ''}`)
   }
 
   /**

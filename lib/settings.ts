@@ -1,9 +1,9 @@
-import { canonical, compileQueue, compileRunner, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
+import { canonical, compileQueue, compileRunner, DEFAULT_QUEUE, idempotencyKeyHeader, inboxMessageId, queueSetting, type Raw } from './config'
 import { metaTenant, mtxsIsPlugin } from './cap/mtxs'
 import { invalid } from './errors'
 import { parseDuration } from './time/durations'
 import { QueueRegistry } from './queues'
-import type { RunnerSettings } from './interfaces'
+import type { ReceiverSettings, RunnerSettings } from './interfaces'
 
 /**
  * The settings the runtime runs on: `cds.env` compiled once, when the plugin is loaded, and passed down from there.
@@ -29,6 +29,8 @@ export interface Settings {
   operatorRoles: string[]
   /** How often the ops page's lag history is sampled, in ms (`cds.requires.dead-letter-queue.lagSampleInterval`). */
   lagSampleInterval: number
+  /** Inboxes and idempotency keys of the configured services (the consumer half). */
+  receivers: ReceiverSettings
 }
 
 /** The parts of `cds.env` the settings are compiled from. */
@@ -99,6 +101,19 @@ function queueConfig(requires: Raw): Raw {
   return conf && typeof conf === 'object' ? (conf as Raw) : {}
 }
 
+/** The consumer half's options of every service in `cds.requires`: `inboxed` and `idempotencyKey`. */
+function receivers(requires: Raw): ReceiverSettings {
+  const compiled: ReceiverSettings = { inboxes: new Map(), idempotencyKeys: new Map() }
+  for (const [name, conf] of Object.entries(requires)) {
+    if (!conf || typeof conf !== 'object' || name === DEFAULT_QUEUE) continue
+    const inbox = inboxMessageId(conf as Raw, `cds.requires.${name}`)
+    if (inbox !== undefined) compiled.inboxes.set(name, inbox)
+    const header = idempotencyKeyHeader(conf as Raw, `cds.requires.${name}`)
+    if (header) compiled.idempotencyKeys.set(name, header)
+  }
+  return compiled
+}
+
 /**
  * Compiles every queue-related setting: the runner's, the default queue's, every named queue and every service's
  * own queue (`outboxed`, messaging kinds). Throws on the first invalid value.
@@ -124,6 +139,7 @@ export function compileSettings(env: Environment): Settings {
     appid,
     persistent: defaultQueue.persistent,
     operatorRoles: operatorRoles(requires),
-    lagSampleInterval: lagSampleInterval(requires)
+    lagSampleInterval: lagSampleInterval(requires),
+    receivers: receivers(requires)
   }
 }

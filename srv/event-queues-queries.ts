@@ -7,6 +7,7 @@ import type { QueueStore } from '../lib/store/queue-store'
 import { deadLettersCqn, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
 import { clock } from '../lib/time/clock'
 import { pauseQueue, resumeQueue, withControls, type ControlFields } from '../lib/controls/operator'
+import { withDuplicates } from '../lib/receipts/statistics'
 import type { QueueControl } from '../lib/controls/table'
 
 /**
@@ -85,6 +86,8 @@ export interface QueueStatistics extends ControlFields {
   oldestPendingSince: string | null
   /** Seconds the oldest due, undelivered message has been waiting. */
   relayLag: number
+  /** Redeliveries an inboxed service dropped (on its row with `event` null), over the receipts kept. */
+  duplicates: number
 }
 
 /** What the dead letter and pending lists show alike of a row: its service and event, also from `msg` (see `described`). */
@@ -315,8 +318,11 @@ export class OperatorQueries {
         relayLag: since ? Math.max(0, Math.floor((now - Date.parse(since)) / 1000)) : 0
       }
     })
-    const blank = (queue: string) => ({ queue, service: null, event: null, pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 })
-    return withControls(counted, this.queues, this.appid, blank)
+    const none = { pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 }
+    // the inboxes' dropped redeliveries beside the queues' counts (lib/receipts)
+    const rows = await withDuplicates(counted, this.queues, this.appid, none)
+    const blank = (queue: string) => ({ queue, service: null, event: null, ...none, duplicates: 0 })
+    return withControls(rows, this.queues, this.appid, blank)
   }
 }
 

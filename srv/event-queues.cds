@@ -52,7 +52,8 @@ service EventQueuesService {
     };
 
   /**
-   * Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds.
+   * Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds;
+   * `duplicates` the redeliveries an inboxed service dropped (on its row with `event` null), over the receipts kept.
    * The queue's controls on each of its rows: whether an operator paused it (a paused queue's lag is expected), and
    * its circuit breaker (null: it has none; 'closed', 'open' until `breakerUntil`, or 'probing').
    */
@@ -65,6 +66,7 @@ service EventQueuesService {
     dead                : Integer;
     oldestPendingSince  : Timestamp;
     relayLag            : Integer;
+    duplicates          : Integer;
     paused              : Boolean;
     pausedBy            : String;
     pausedAt            : Timestamp;

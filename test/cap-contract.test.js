@@ -9,7 +9,14 @@ const cds = require('@sap/cds')
  * The undocumented CAP behaviours the plugin relies on (lib/cap/, one file each), stated as tests. When a CAP version
  * changes one of them, its test here fails and names the assumption: review lib/cap/ before upgrading.
  */
-const app = startApp({ requires: { queue: { pollInterval: '1h' } }, log: { levels: { 'redis-messaging': 'silent' } } })
+const app = startApp({
+  requires: {
+    queue: { pollInterval: '1h' },
+    // lib/cap/messaging.ts: an inbox configured with an object
+    contractInbox: { kind: 'local-messaging', inboxed: { messageId: 'data.ID' }, outboxed: false }
+  },
+  log: { levels: { 'redis-messaging': 'silent' } }
+})
 
 // A custom route between CAP's middlewares, as the ops page is mounted (lib/cap/middlewares.ts).
 cds.on('bootstrap', express => {
@@ -165,6 +172,19 @@ describe('CAP contracts', () => {
       srv.after('ping/#failed', () => {})
       expect(hasHandlerFor(srv, 'ping/#succeeded')).toBe(true)
       expect(hasHandlerFor(srv, 'ping/#failed')).toBe(true)
+    })
+  })
+
+  describe('handlers: input (lib/cap/handlers.ts)', () => {
+    test("srv.handle(req), which beforeInput wraps, receives a CREATE before CAP's input processing fills in a generated key", async () => {
+      const { beforeInput } = require('../lib/cap/handlers')
+      const srv = await cds.connect.to('Receiver')
+      let seen
+      beforeInput(srv, req => void (req.event === 'CREATE' && (seen ??= { ...req.data })))
+      const created = await srv.create('Bookings').entries({ kind: 'contract', message: 'input' })
+      expect(seen).toEqual({ kind: 'contract', message: 'input' })
+      expect((await SELECT.one.from('test.Records').where({ kind: 'contract' })).ID).toMatch(/^[0-9a-f-]{36}$/)
+      expect(created).toBeDefined()
     })
   })
 
@@ -328,6 +348,58 @@ describe('CAP contracts', () => {
   })
 
   describe('messaging (lib/cap/messaging.ts)', () => {
+    const fs = require('fs')
+    const os = require('os')
+
+    test("a messaging service with format 'cloudevents' keeps the id and time it is given, and makes up a new id otherwise", async () => {
+      const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'contract-bus-')), 'bus')
+      const bus = await cds.connect.to('contractBus', { kind: 'file-based-messaging', file, format: 'cloudevents', outboxed: false })
+      const { isOutboundMessage, sendsCloudEvents } = require('../lib/cap/messaging')
+      expect([isOutboundMessage(bus, {}), isOutboundMessage(bus, { inbound: true }), sendsCloudEvents(bus)]).toEqual([true, false, true])
+      await bus.emit('contract/given', {}, { id: 'given-id', time: '2020-01-01T00:00:00.000Z' })
+      await bus.emit('contract/generated', {})
+      await bus.emit('contract/generated', {})
+      const lines = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map(line => JSON.parse(line.slice(line.indexOf(' ') + 1)))
+      expect(lines[0].headers).toMatchObject({ id: 'given-id', time: '2020-01-01T00:00:00.000Z', specversion: '1.0' })
+      expect(lines[1].headers.id).toMatch(/^[0-9a-f-]{36}$/)
+      expect(lines[2].headers.id).not.toBe(lines[1].headers.id)
+    })
+
+    test('processInboundMsg marks a message inbound and queues it through the global cds.queued when `inboxed` is an object', async () => {
+      const { isInboundMessage } = require('../lib/cap/messaging')
+      const inbox = await cds.connect.to('contractInbox')
+      const queued = cds.queued
+      const calls = []
+      cds.queued = (srv, options) => (calls.push(srv.name), queued(srv, options))
+      let open
+      const gate = new Promise(resolve => (open = resolve))
+      inbox.on('contract/in', () => gate)
+      try {
+        await inbox.processInboundMsg({ user: cds.User.privileged }, { event: 'contract/in', data: { ID: 'c1' }, headers: {} })
+      } finally {
+        cds.queued = queued
+      }
+      expect(calls).toEqual(['contractInbox'])
+      const [row] = await SELECT.from('cds.outbox.Messages').where({ service: 'contractInbox' })
+      expect(isInboundMessage(JSON.parse(row.msg))).toBe(true)
+      open()
+      await cds.flush()
+    })
+
+    test('a remote service sends the headers of a request as HTTP request headers', async () => {
+      const http = require('http')
+      let received
+      const server = http.createServer((req, res) => ((received = req.headers), res.writeHead(200, { 'content-type': 'application/json' }).end('{}')))
+      await new Promise(resolve => server.listen(0, '127.0.0.1', resolve))
+      try {
+        const remote = await cds.connect.to('contractRemote', { kind: 'rest', credentials: { url: `http://127.0.0.1:${server.address().port}` }, outboxed: false })
+        await remote.send({ method: 'POST', path: '/calls', data: {}, headers: { 'Idempotency-Key': '"k-1"' } })
+        expect(received['idempotency-key']).toBe('"k-1"')
+      } finally {
+        await new Promise(resolve => server.close(resolve))
+      }
+    })
+
     // CAP's base messaging service, not local-messaging (which keeps topics as they are); configured, so that the
     // runner finds it by name
     const connect = (name, options = {}) => {

@@ -1,5 +1,4 @@
 import cds from '@sap/cds'
-import { createHash } from 'crypto'
 import { requestFromSendArgs } from '../cap/requests'
 import { fitsNameColumn, messageDueAt, NAME_RULE, type Encoded } from '../codec'
 import { invalid, QueueError } from '../errors'
@@ -10,6 +9,7 @@ import { checkCron, looksLikeCron, CRON_FORMS } from '../time/cron'
 import { DURATION_FORMS, parseDuration } from '../time/durations'
 import { firstRun } from '../time/recurrence'
 import { clock } from '../time/clock'
+import { uuidOf } from '../uuids'
 
 /**
  * Scheduled tasks: `srv.schedule(...)` and `srv.unschedule(name)`. A task is a singleton row keyed by service and
@@ -23,15 +23,6 @@ interface TaskRequest {
 }
 
 type ServiceWithOptions = cds.Service & { options?: Record<string, unknown> }
-
-/** SHA-256 of `input` as a UUID of `version` (RFC 9562 layout). */
-function uuidOf(input: string, version: 4 | 8): string {
-  const hash = createHash('sha256').update(input).digest()
-  hash[6] = (version << 4) | (hash[6] & 0x0f)
-  hash[8] = 0x80 | (hash[8] & 0x3f) // RFC variant
-  const hex = hash.toString('hex', 0, 16)
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`
-}
 
 /** CAP 10's task ID (libx/queue/utils.js): `service:task` (plus `:appid` when set) hashed as a version-4 UUID. */
 function cap10TaskId(serviceName: string, task: string, app: string | undefined): string {

@@ -2,8 +2,9 @@ import type cds from '@sap/cds'
 
 /**
  * CAP internal: a service lists its handlers in `srv.handlers.before` / `.on` / `.after`, each entry naming its event
- * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback.
- * Contract: test/cap-contract.test.js "handlers".
+ * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback. CAP's
+ * generic input processing (generated keys, defaults) runs after `srv.handle(req)` received a request, on cds 9 and
+ * 10 (see `beforeInput`). Contract: test/cap-contract.test.js "handlers", "handlers: input".
  */
 
 interface HandlerEntry {
@@ -60,5 +61,20 @@ export class Watchers {
       this.watched.set(key, watched)
     }
     return watched
+  }
+}
+
+/**
+ * Lets `handler` see every request of `srv` as the client sent it, before CAP's generic input processing fills in
+ * generated keys and defaults: cds 9 runs that processing as an `_initial` handler, cds 10 in
+ * `ApplicationService.handle` ahead of all handlers, and both receive the request through `srv.handle(req)`, which
+ * is wrapped here on the instance (a service's transactions inherit it).
+ */
+export function beforeInput(srv: cds.Service, handler: (req: cds.Request) => void): void {
+  const service = srv as unknown as { handle(req: cds.Request): Promise<unknown> }
+  const handle = service.handle
+  service.handle = function (this: unknown, req: cds.Request) {
+    handler(req)
+    return handle.call(this, req)
   }
 }

@@ -28,15 +28,16 @@ export function callbackFor(
   const event = request.event + ('succeeded' in outcome ? SUCCEEDED : FAILED)
   if (!hasHandlerFor(srv, event)) return undefined
   const results = 'succeeded' in outcome ? outcome.succeeded : errorData(outcome.failed)
-  const { after: _a, every: _e, task: _t, ...queue } = request.queue ?? {}
+  // a callback is a message of its own: no task, no place in its ordering key's sequence, no inbound receipt
+  const { after: _a, every: _e, task: _t, sequence: _s, receipt: _r, ...queue } = request.queue ?? {}
   const callback: Dispatchable = { ...request, event, results, queue, _fromSend: message.fromSend }
   const context = { ...message.context, user: { id: message.userId } }
   // A callback continues the trace of the message it reports on.
   const { traceContext } = message
   try {
-    return encode(callback, context, message.serviceName, secretHeader, traceContext)
+    return encode(callback, context, message.serviceName, secretHeader, { traceContext })
   } catch {
     // A result that is not JSON must not undo a successful message: the callback gets no result instead.
-    return encode({ ...callback, results: undefined }, context, message.serviceName, secretHeader, traceContext)
+    return encode({ ...callback, results: undefined }, context, message.serviceName, secretHeader, { traceContext })
   }
 }

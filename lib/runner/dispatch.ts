@@ -4,6 +4,7 @@ import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
 import { beforeBegin, transactionOfContext } from '../cap/transactions'
 import { processing } from '../telemetry/spans'
+import { wireHeaders, type Delivery } from '../wire'
 import { throwIfTenantGone } from './lease'
 
 /**
@@ -27,8 +28,10 @@ export function runtimeInfo(row: MessageRow, signal: AbortSignal): QueueInfoAtRu
   return { messageId: row.ID, attempt: row.attempts + 1, signal }
 }
 
-export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime): cds.Event {
-  const init = (runtime ? { ...message.request, queue: { ...message.request.queue, ...runtime } } : { ...message.request }) as { event: string }
+/** The event to dispatch; `headers`: the stored ones with what goes on the wire (lib/wire.ts). */
+export function eventFor(message: DecodedMessage, runtime?: QueueInfoAtRuntime, headers = message.request.headers): cds.Event {
+  const request = headers === message.request.headers ? message.request : { ...message.request, headers }
+  const init = (runtime ? { ...request, queue: { ...request.queue, ...runtime } } : { ...request }) as { event: string }
   const event = message.fromSend ? new cds.Request(init) : new cds.Event(init)
   // A broker adapter of CAP then fails at once while disconnected, and the queue retries, instead of holding it.
   markRelayed(event)
@@ -63,21 +66,22 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
  * and `inTx` runs in the same transaction after the handlers, with their result; `atStart` before them, before the
- * transaction's first statement. Once the message's tenant is unsubscribed (its signal says so), the transaction's
- * database part does not begin: neither the handlers' statements nor the completion open the tenant's database again.
+ * transaction's first statement; `delivery`: what the message carries on the wire (none in the in-memory queue).
+ * Once the message's tenant is unsubscribed (its signal says so), the transaction's database part does not begin:
+ * neither the handlers' statements nor the completion open the tenant's database again.
  */
 export async function dispatchInTx(
   message: DecodedMessage,
   runtime: QueueInfoAtRuntime | undefined,
   inTx: (srv: cds.Service, result: unknown) => Promise<void>,
-  atStart?: () => void
+  { atStart, delivery }: { atStart?: () => void; delivery?: Delivery } = {}
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
     const db = runtime && transactionOfContext()
     if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))
     atStart?.()
-    const result = await tx.dispatch(eventFor(message, runtime))
+    const result = await tx.dispatch(eventFor(message, runtime, wireHeaders(srv as unknown as cds.Service, message, delivery)))
     if (runtime) throwIfTenantGone(runtime.signal)
     await inTx(srv as unknown as cds.Service, result)
   })

@@ -7,6 +7,7 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import { backoffDelay } from '../time/backoff'
 import { nextRun } from '../time/recurrence'
 import { callbackFor } from './callbacks'
+import { processed } from '../receipts/inbox'
 import type { AttemptAborted } from './lease'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -56,7 +57,8 @@ export type Completion = (claim: Claim) => Promise<boolean>
 
 /**
  * Records a handled message in the handler's transaction: its row deleted (`complete`; a batch deletes all of its
- * rows at once) or, for a recurring task, moved to the next occurrence, and its `#succeeded` callback written. A task
+ * rows at once) or, for a recurring task, moved to the next occurrence, an inbound message's receipt marked processed
+ * (lib/receipts/inbox.ts), and its `#succeeded` callback written. A task
  * re-scheduled or unscheduled while it ran keeps that new state: the handler's work commits and the task does not
  * recur from here, so exactly one chain continues.
  */
@@ -78,6 +80,8 @@ export async function succeeded(
     if (!scheduled || (await store.holdsOccurrence(row.ID, row.timestamp))) throw new ClaimLost(row.ID)
     LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
   }
+  const receipt = schedule?.receipt
+  if (receipt) await processed(receipt, queue.receiptRetention)
   const callback = callbackFor(srv, message, { succeeded: result }, queue.secretHeader)
   if (callback) await store.insert(newMessage(queue.name, callback))
 }

@@ -4,6 +4,7 @@ import { eventOf, type DecodedMessage } from '../codec'
 import type { MessageRow, Outcome } from '../interfaces'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { LOG } from '../log'
+import { deliveryOf } from '../wire'
 
 /**
  * The duplicate-delivery test mode (`cds.requires.queue.deliver: 'twice'`): at-least-once delivery made visible in an
@@ -75,7 +76,7 @@ export class Redelivery {
       const tenant = cds.context?.tenant ?? message.context.tenant
       return receive(message.serviceName, tenant, { event, data, headers, queue: { [COPY_OF]: row.ID } })
     }
-    return traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}))
+    return traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}, { delivery: deliveryOf(row) }))
   }
 
   private fail(ID: string, row: MessageRow, message: DecodedMessage, error: unknown): void {

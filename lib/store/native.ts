@@ -3,7 +3,7 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
@@ -418,6 +418,26 @@ export class NativeStore implements BatchingStore {
 
   async ping(): Promise<void> {
     await this.rows(statements.ping())
+  }
+
+  /** See `QueueStore.nextSequence`: an upsert that reads back the number it wrote. */
+  async nextSequence(orderingKey: string): Promise<number> {
+    const [row] = await this.rows<{ issued: unknown }>(statements.nextSequence(this.appid ?? null, orderingKey))
+    return Number(row.issued)
+  }
+
+  /** See `QueueStore.receive`: an upsert that reads back how often the receipt was redelivered. */
+  async receive(receipt: ReceiptRef, now: number): Promise<boolean> {
+    const [row] = await this.rows<{ duplicates: unknown }>(statements.receive(receipt, now))
+    return Number(row.duplicates) === 0
+  }
+
+  /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */
+  async tryLock(name: string): Promise<boolean> {
+    const lock = this.dialect.keyLock?.('?')
+    if (!lock) return true
+    const [row] = await this.rows<{ locked: unknown }>({ sql: `SELECT ${lock} AS "locked"`, params: [name] })
+    return row.locked === true
   }
 
   /** Creates the indexes the claim needs if they are missing (see `ensureIndexes`). */

@@ -1,4 +1,4 @@
-import type { Claim, NewMessage } from '../interfaces'
+import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import { iso, newRow } from './rows'
 import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
@@ -22,7 +22,7 @@ const inList = (column: string, values: unknown[]): Cqn => ({ xpr: [ref(column),
  * Ascending, nulls last, as the indexes are built: @cap-js/postgres sorts ascending with NULLS FIRST unless told,
  * which no index on these columns serves, so every claim would sort the whole backlog.
  */
-const ascending = (...columns: string[]): string[] =>
+export const ascending = (...columns: string[]): string[] =>
   // CQN order items ({ ref, sort, nulls }); CAP's types only know the string forms
   columns.map(column => ({ ref: [column], sort: 'asc', nulls: 'last' }) as unknown as string)
 const all = (...terms: (Cqn | undefined)[]): Cqn => {
@@ -325,6 +325,38 @@ export function deleteDoomed(IDs: string[], doomed: Cqn): Query {
 /** Rows that still exist of `IDs`. */
 export function existing(IDs: string[]): Query {
   return SELECT.from(ENTITY).columns('ID').where(inList('ID', IDs))
+}
+
+/** The counters of the ordering keys' sequence numbers (db/consumer.cds); `appid` '' for none. */
+const SEQUENCES = 'cds.outbox.KeySequences'
+const sequenceOf = (appid: string | null, orderingKey: string) => ({ appid: appid ?? '', orderingKey })
+
+/** Increments the counter of a key (locking it until the transaction ends); 0 rows if the key has none yet. */
+export function incrementSequence(appid: string | null, orderingKey: string): Query {
+  return UPDATE(SEQUENCES).set({ issued: { '+=': 1 } }).where(sequenceOf(appid, orderingKey))
+}
+
+/** The first counter of a key, at 1. */
+export function insertSequence(appid: string | null, orderingKey: string): Query {
+  return INSERT.into(SEQUENCES).entries({ ...sequenceOf(appid, orderingKey), issued: 1 })
+}
+
+/** The number a key's counter holds. */
+export function currentSequence(appid: string | null, orderingKey: string): Query {
+  return SELECT.one.from(SEQUENCES).columns('issued').where(sequenceOf(appid, orderingKey))
+}
+
+/** What receivers record (db/consumer.cds). */
+const RECEIPTS = 'cds.outbox.Receipts'
+
+/** Counts a redelivery of a receipt; 0 rows when there is none yet. */
+export function countRedelivery(receipt: ReceiptRef): Query {
+  return UPDATE(RECEIPTS).set({ duplicates: { '+=': 1 } }).where(receipt)
+}
+
+/** An inbound message's receipt, not processed yet: it does not expire while the message waits in the inbox. */
+export function insertReceived(receipt: ReceiptRef, now: number): Query {
+  return INSERT.into(RECEIPTS).entries({ ...receipt, state: 'received', duplicates: 0, recordedAt: iso(now) })
 }
 
 /** Needs the database and the table, finds no row (no ID is null), through the primary key. */

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import { lockWhenBegun, type Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
@@ -313,6 +313,24 @@ export class PortableStore implements QueueStore {
     await q.ping()
   }
 
+  /** See `QueueStore.nextSequence`: the key's counter incremented, or created (see `incrementOrInsert`), then read. */
+  async nextSequence(orderingKey: string): Promise<number> {
+    const appid = this.appid ?? null
+    await incrementOrInsert(() => q.incrementSequence(appid, orderingKey), () => q.insertSequence(appid, orderingKey))
+    const row = (await q.currentSequence(appid, orderingKey)) as { issued: unknown }
+    return Number(row.issued)
+  }
+
+  /** See `QueueStore.receive`: a redelivery counted, or the receipt inserted (see `incrementOrInsert`). */
+  async receive(receipt: ReceiptRef, now: number): Promise<boolean> {
+    return !(await incrementOrInsert(() => q.countRedelivery(receipt), () => q.insertReceived(receipt, now)))
+  }
+
+  /** See `QueueStore.tryLock`: CQL has no such locks. */
+  async tryLock(): Promise<boolean> {
+    return true
+  }
+
   /**
    * On a database with a native dialect, the native store's indexes (the claims here filter and order by the same
    * columns); elsewhere they come with the deployed model (SAP HANA: db/hana.cds).
@@ -332,6 +350,23 @@ export class PortableStore implements QueueStore {
 function withinBytes(candidates: Candidate[], maxBytes: number): Candidate[] {
   let bytes = 0
   return candidates.filter((row, i) => (bytes += Number(row.size ?? 0)) <= maxBytes || i === 0)
+}
+
+/**
+ * CQL has no upsert that increments: `increment` a row, or `insert` it where there is none; whether it existed. Two
+ * transactions inserting the same row at once: the later INSERT fails on the key. On SAP HANA its transaction goes
+ * on and increments the row the other one inserted; on PostgreSQL the failed statement aborts the transaction, which
+ * fails (the native store, PostgreSQL's default, upserts instead).
+ */
+async function incrementOrInsert(increment: () => q.Query, insert: () => q.Query): Promise<boolean> {
+  if (Number(await increment()) > 0) return true
+  try {
+    await insert()
+    return false
+  } catch (e) {
+    if (Number(await increment()) > 0) return true
+    throw e
+  }
 }
 
 /** `message` with the millisecond `keyClock` gives it, if it has an ordering key. */

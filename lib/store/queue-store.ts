@@ -1,5 +1,5 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import type { AttemptLimits, ClaimIndex, Retentions } from './rules'
 import type { Described } from './statements'
 
@@ -85,6 +85,23 @@ export interface QueueStore {
   deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]>
   /** A statement that needs the database and the queue table and reads no row: fails if either is not there. */
   ping(): Promise<void>
+  /**
+   * The next sequence number of ordering key `orderingKey` (1 for its first message), in the current transaction:
+   * the key's counter stays locked until that transaction ends, so numbers follow the commit order and a rollback
+   * uses none (see db/consumer.cds).
+   */
+  nextSequence(orderingKey: string): Promise<number>
+  /**
+   * Records the receipt of an inbound message in the current transaction (see lib/receipts/inbox.ts); false when it
+   * was recorded before: the message is a redelivery, now counted. A transaction recording the same receipt at the
+   * same moment is waited for.
+   */
+  receive(receipt: ReceiptRef, now: number): Promise<boolean>
+  /**
+   * A lock on `name` for the current transaction, without waiting: false if another transaction holds it. True where
+   * the database has no such locks (SQLite, whose single writer serialises anyway; the portable store).
+   */
+  tryLock(name: string): Promise<boolean>
   /** Creates the indexes the claim needs where the store can (idempotent). */
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */

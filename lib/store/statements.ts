@@ -1,4 +1,4 @@
-import type { Claim, NewMessage } from '../interfaces'
+import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
 import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
@@ -420,6 +420,33 @@ export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, e
       DELETE FROM ${TABLE} WHERE ID IN (SELECT ID FROM doomed)
       RETURNING ID AS "ID", target AS "target", service AS "service", event AS "event"`,
     params: [...own.params, ...dead.params, ...expired.params, limit]
+  }
+}
+
+/** The counters of the ordering keys' sequence numbers (db/consumer.cds). */
+const SEQUENCES = 'cds_outbox_KeySequences'
+
+/** The next sequence number of `orderingKey`: its counter created at 1 or incremented, read back, in one statement. */
+export function nextSequence(appid: string | null, orderingKey: string): Fragment {
+  return {
+    sql: `INSERT INTO ${SEQUENCES} (appid, orderingKey, issued) VALUES (?, ?, 1)
+      ON CONFLICT (appid, orderingKey) DO UPDATE SET issued = ${SEQUENCES}.issued + 1 RETURNING issued AS "issued"`,
+    params: [appid ?? '', orderingKey]
+  }
+}
+
+/** What receivers record (db/consumer.cds). */
+const RECEIPTS = 'cds_outbox_Receipts'
+
+/**
+ * An inbound message's receipt, new (duplicates 0), or the count of its redeliveries incremented, read back in one
+ * statement: a concurrent transaction recording the same receipt is waited for, then counted.
+ */
+export function receive({ scope, ID }: ReceiptRef, now: number): Fragment {
+  return {
+    sql: `INSERT INTO ${RECEIPTS} (scope, ID, state, duplicates, recordedAt) VALUES (?, ?, 'received', 0, ?)
+      ON CONFLICT (scope, ID) DO UPDATE SET duplicates = ${RECEIPTS}.duplicates + 1 RETURNING duplicates AS "duplicates"`,
+    params: [scope, ID, iso(now)]
   }
 }
 

@@ -1,6 +1,6 @@
 import type { BatchObservableResult, Counter, Histogram, Meter, MeterProvider, ObservableGauge } from '@opentelemetry/api'
 import type { QueueSnapshot } from '../interfaces'
-import { ATTR, attributesOf, errorType, METRIC, PROCESS, SCOPE, SEND } from './names'
+import { ATTR, attributesOf, errorType, METRIC, MESSAGING_SYSTEM, PROCESS, SCOPE, SEND } from './names'
 import { openTelemetry } from './otel'
 
 /**
@@ -32,6 +32,7 @@ class Instruments {
   readonly consumed: Counter
   readonly processDuration: Histogram
   readonly deleted: Counter
+  readonly duplicates: Counter
   private readonly messages: ObservableGauge
   private readonly relayLag: ObservableGauge
   private readonly paused: ObservableGauge
@@ -46,6 +47,7 @@ class Instruments {
       advice: { explicitBucketBoundaries: DURATION_BUCKETS }
     })
     this.deleted = meter.createCounter(METRIC.deleted, { description: 'Dead letters deleted after their queue\'s deadLetterRetention.', unit: '{message}' })
+    this.duplicates = meter.createCounter(METRIC.duplicates, { description: 'Redeliveries an inbox dropped and repeated requests an idempotent operation answered from its record.', unit: '{message}' })
     this.messages = meter.createObservableGauge(METRIC.messages, { description: 'Messages of a queue by state (pending, processing, dead), as of the last statistics query.', unit: '{message}' })
     this.relayLag = meter.createObservableGauge(METRIC.relayLag, { description: 'How long the oldest due message of a queue has been waiting, as of the last statistics query.', unit: 's' })
     this.paused = meter.createObservableGauge(METRIC.paused, { description: 'Whether an operator paused the queue (1) or not (0), as of the last statistics query.', unit: '1' })
@@ -115,6 +117,13 @@ export function recordProcessDuration(queue: string, tenant: string | undefined,
 
 export function countDeletedDeadLetters(queue: string, tenant: string | undefined, count: number): void {
   instruments()?.deleted.add(count, attributesOf(queue, tenant))
+}
+
+/** A duplicate a receiver recognised: `receiver` is its receipts' scope (`inbox:<service>`, `action:<operation>`). */
+export function countDuplicate(receiver: string, tenant: string | undefined): void {
+  const attributes: Record<string, string> = { [ATTR.system]: MESSAGING_SYSTEM, [ATTR.receiver]: receiver }
+  if (tenant) attributes[ATTR.tenant] = tenant
+  instruments()?.duplicates.add(1, attributes)
 }
 
 /** Reports the queue gauges from `source` from now on; undefined stops them (the process shuts down). */

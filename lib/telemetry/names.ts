@@ -19,7 +19,8 @@ export const ATTR = {
   errorType: 'error.type',
   tenant: 'sap.tenancy.tenant_id',
   state: 'cds_event_queues.message.state',
-  breakerState: 'cds_event_queues.circuit_breaker.state'
+  breakerState: 'cds_event_queues.circuit_breaker.state',
+  receiver: 'cds_event_queues.receiver'
 } as const
 
 export const METRIC = {
@@ -30,7 +31,8 @@ export const METRIC = {
   relayLag: 'cds_event_queues.relay_lag',
   paused: 'cds_event_queues.paused',
   breaker: 'cds_event_queues.circuit_breaker',
-  deleted: 'cds_event_queues.dead_letters.deleted'
+  deleted: 'cds_event_queues.dead_letters.deleted',
+  duplicates: 'cds_event_queues.duplicates'
 } as const
 
 /** The operations the plugin reports: an enqueue sends a message to its queue, a handler processes it. */

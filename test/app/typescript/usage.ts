@@ -1,6 +1,6 @@
 // Compiled by test/types.test.js with `tsc --noEmit`: the public API must type-check as users write it.
 import cds, { flush } from '@sap/cds'
-import type { EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
+import type { ConsumerServiceOptions, EventQueues, HealthStatus, QueueMessageInfo, ScheduleBuilder } from 'cds-event-queues'
 import { expectIdempotent, expectQueued, messages, outcome, queuedBy, duplicateDeliveries, type OutcomeKind, type QueuedMessage } from 'cds-event-queues/test'
 
 export async function usage(): Promise<void> {
@@ -26,8 +26,14 @@ export async function usage(): Promise<void> {
   await builder.every('10m').as('replicate-airports').after('1h')
   srv.on('ping', req => {
     const info = (req as unknown as { queue: QueueMessageInfo }).queue
+    const sequence: number | undefined = info.sequence
+    void sequence, info.receipt?.ID
     return info.messageId
   })
+  const receipts: number = queued(srv, { receiptRetention: '2d' }).queued.receiptRetention
+  void receipts
+  const remote: ConsumerServiceOptions = { idempotencyKey: 'X-Request-ID', inboxed: { messageId: ['headers.x-event-id', 'data.ID'] } }
+  void remote
 }
 
 /** The test helpers, as an app's own tests use them. */

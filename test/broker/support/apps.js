@@ -99,6 +99,12 @@ async function ordersPlaced(producer) {
   return committed
 }
 
+/** The redeliveries and re-publishes the consumer's inbox dropped by their ID (its receipts' count, issue 23). */
+async function duplicatesDropped(database) {
+  const [row] = await query(database, 'SELECT SUM(duplicates) AS "dropped" FROM cds_outbox_Receipts')
+  return Number(row?.dropped ?? 0)
+}
+
 const relayStats = async producer => (await fetch(`${producer.url}/relay-stats`)).json()
 
 /**
@@ -117,5 +123,5 @@ async function settled({ producerDb, consumerDb, redisClient, timeout = 300000 }
 }
 
 module.exports = {
-  newDatabase, query, records, queued, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
+  newDatabase, query, records, queued, duplicatesDropped, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
 }
