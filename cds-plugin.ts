@@ -3,6 +3,7 @@ import { installApi } from './lib/api/install'
 import { registerTarballBuild } from './lib/build/tarball'
 import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
+import { waitingForOtherWriters } from './lib/cap/database-options'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
 import { mountOpsPage } from './lib/ops/page'
@@ -24,6 +25,8 @@ else {
   // The settings are compiled here, once; a configuration error stops the start.
   const plugin = activate(cds.env)
   installApi(plugin)
+  const db = cds.env.requires?.db as Parameters<typeof waitingForOtherWriters>[0] | undefined
+  if (db) waitingForOtherWriters(db)
   // Every messaging service is queued by default, also one the app configures with an `impl` of its own.
   if (cds.env.requires) queueMessagingImpls(cds.env.requires)
 

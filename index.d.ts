@@ -148,8 +148,11 @@ export interface QueueHealth {
     database?: { status: HealthStatus; latency?: number; error?: string }
     /** The runner's last claim succeeded; `failures`: claims failed in a row since `lastSucceededAt` (ISO). */
     claims?: { status: HealthStatus; lastSucceededAt: string | null; failures: number }
-    /** With `maxLag`: the largest relay lag of any queue (seconds, as of `sampledAt`), which queue, and the limit. */
-    lag?: { status: HealthStatus; relayLag: number | null; maxLag: number; queue: string | null; sampledAt: string | null; error?: string }
+    /**
+     * With `maxLag`: the largest relay lag of any queue an operator has not paused (seconds, as of `sampledAt`), which
+     * queue, and the limit; `paused`: the paused queues, whose lag is expected and not checked.
+     */
+    lag?: { status: HealthStatus; relayLag: number | null; maxLag: number; queue: string | null; sampledAt: string | null; paused: string[]; error?: string }
   }
 }
 

@@ -1,4 +1,6 @@
 using from '@sap/cds/srv/outbox';
+// pauses, circuit breakers and rate windows shared by every instance (README: Protecting remote systems)
+using from './controls';
 
 /**
  * CAP's own queue table (@sap/cds/srv/outbox), extended rather than redefined: an app that uses CAP's model as well

@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { storableQuery } from './cap/requests'
 import { QueueError } from './errors'
 import type { HeaderRule, NewMessage, QueueInfo, StoredContext, StoredMessage, TraceContext } from './interfaces'
+import { clock } from './time/clock'
 
 /**
  * The message codec: a request or event ⇄ the JSON in `cds.outbox.Messages.msg`, in the shape CAP's built-in
@@ -179,12 +180,12 @@ const lastIssued = { ms: 0, micros: 0 }
  * CAP's timestamp format (ISO with 7 fractional digits) for the epoch milliseconds `ms`. Timestamps of the present
  * are strictly increasing within the process, in the order they are issued, because ordering keys run messages in
  * timestamp order: the digits below the millisecond count up per message (whole microseconds, since PostgreSQL
- * keeps no more), not the high-resolution clock, which is not aligned with `Date.now()` and repeats within a
+ * keeps no more), not the high-resolution clock, which is not aligned with the queue's clock and repeats within a
  * millisecond. Future timestamps (delays, cron fire times) are exact milliseconds.
  */
 export function timestampAt(ms: number): string {
   let micros = 0
-  if (ms <= Date.now()) {
+  if (ms <= clock.now()) {
     if (ms <= lastIssued.ms) [ms, micros] = [lastIssued.ms, lastIssued.micros + 1]
     if (micros > 999) [ms, micros] = [ms + 1, 0]
     Object.assign(lastIssued, { ms, micros })
@@ -194,7 +195,7 @@ export function timestampAt(ms: number): string {
 
 /** A new row for `encoded` on queue `target`, due after `afterMs`. */
 export function newMessage(target: string, encoded: Encoded, afterMs = 0): NewMessage {
-  return messageDueAt(target, encoded, Date.now() + afterMs)
+  return messageDueAt(target, encoded, clock.now() + afterMs)
 }
 
 /** A new row for `encoded` on queue `target`, due at the epoch milliseconds `due` (the time a cron task fires, exactly). */

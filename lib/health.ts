@@ -9,6 +9,7 @@ import { iso } from './store/rows'
 import { errorType } from './telemetry/names'
 import { parseDuration } from './time/durations'
 import { LOG } from './log'
+import { clock } from './time/clock'
 
 /**
  * The queue's readiness in this process, for an app's health endpoint (`cds.queued.health()`): the runner started,
@@ -93,19 +94,24 @@ export class Health {
     return { status: status(failures === 0), lastSucceededAt: lastSucceededAt === undefined ? null : iso(lastSucceededAt), failures }
   }
 
-  /** The largest relay lag of any queue, from the shared statistics (at most `statisticsInterval` old). */
+  /**
+   * The largest relay lag of any queue, from the shared statistics (at most `statisticsInterval` old). A queue an
+   * operator paused lags on purpose: it is named in `paused`, not checked.
+   */
   private async lag(maxLag: number, timeout: number, errors: unknown[]): Promise<NonNullable<Checks['lag']>> {
     const limit = maxLag / 1000
     try {
       const samples = await within(timeout, Promise.all(this.tenants().map(tenant => this.statistics.current(tenant))))
-      const queues = samples.flatMap(s => s.queues)
+      const all = samples.flatMap(s => s.queues)
+      const queues = all.filter(q => !q.paused)
+      const paused = [...new Set(all.filter(q => q.paused).map(q => q.queue))].sort()
       const worst = queues.reduce((a, b) => (b.relayLag > (a?.relayLag ?? -1) ? b : a), queues[0])
-      const sample = { at: samples.length ? Math.min(...samples.map(s => s.at)) : Date.now() }
+      const sample = { at: samples.length ? Math.min(...samples.map(s => s.at)) : clock.now() }
       const relayLag = worst?.relayLag ?? 0
-      return { status: status(relayLag <= limit), relayLag, maxLag: limit, queue: worst?.queue ?? null, sampledAt: iso(sample.at) }
+      return { status: status(relayLag <= limit), relayLag, maxLag: limit, queue: worst?.queue ?? null, sampledAt: iso(sample.at), paused }
     } catch (e) {
       errors.push(e)
-      return { status: 'DOWN', relayLag: null, maxLag: limit, queue: null, sampledAt: null, error: errorType(e) }
+      return { status: 'DOWN', relayLag: null, maxLag: limit, queue: null, sampledAt: null, paused: [], error: errorType(e) }
     }
   }
 

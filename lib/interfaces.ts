@@ -117,6 +117,10 @@ export interface QueueSnapshot {
   dead: number
   /** Seconds the queue's oldest due message had been waiting. */
   relayLag: number
+  /** An operator paused the queue (its lag is expected). */
+  paused?: boolean
+  /** Its circuit breaker's state; null or undefined: it has none. */
+  breaker?: 'closed' | 'open' | 'probing' | null
 }
 
 /**
@@ -151,6 +155,18 @@ export interface Claim {
   claimedAt: number
   /** The row's ordering key, where it has one: completing the row makes the next message of the key due. */
   orderingKey?: string | null
+}
+
+/** What decides a row's fate as a transaction reads it: CAP's columns and the claim (epoch ms; NaN for null). */
+export interface RowState {
+  ID: string
+  status: string | null
+  attempts: number
+  lastError: string | null
+  lastAttemptTimestamp: number
+  timestamp: number
+  claimedBy: string | null
+  claimedAt: number
 }
 
 /** A row to be written. */

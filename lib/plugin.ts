@@ -5,6 +5,7 @@ import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
 import { QueueStatistics } from './statistics'
 import type { QueueObservations } from './telemetry/metrics'
+import { withControls } from './controls/operator'
 
 /** The plugin in this process: its settings, compiled once when cds loads it, and what runs on them. */
 export interface EventQueues {
@@ -28,10 +29,10 @@ export function activate(env: Environment): EventQueues {
   const settings = compileSettings(env)
   const runner = new Runner(settings)
   const tenants = () => runner.tenants.all
-  const statistics = new QueueStatistics(
-    (tenant, now) => inTenant(tenant, () => runner.store.queueStatistics(settings.queues.attemptLimits(), now)),
-    settings.runner.statisticsInterval
-  )
+  const blank = (queue: string) => ({ queue, pending: 0, processing: 0, dead: 0, relayLag: 0 })
+  // with each queue's pause and circuit breaker, and a queue that has either but no messages: the gauges show them
+  const count = async (now: number) => withControls(await runner.store.queueStatistics(settings.queues.attemptLimits(), now), settings.queues, settings.appid, blank)
+  const statistics = new QueueStatistics((tenant, now) => inTenant(tenant, () => count(now)), settings.runner.statisticsInterval)
   const retention = new Retention(settings.queues, () => runner.store, tenants, inTenant)
   return (active = { settings, runner, statistics, retention, health: new Health(settings, runner, statistics, tenants, inTenant) })
 }

@@ -68,6 +68,11 @@ export class QueueRegistry {
     return queue
   }
 
+  /** Whether `name` is a queue defined so far (configured, or created with `cds.queued(srv, options)`). */
+  knows(name: string): boolean {
+    return this.byName.has(name) || this.byService.has(name)
+  }
+
   /** Every queue defined so far. */
   all(): QueueSettings[] {
     return [...this.byName.values()]

@@ -5,6 +5,7 @@ import type { DeletedMessage } from './interfaces'
 import type { QueueStore } from './store/queue-store'
 import { countDeletedDeadLetters } from './telemetry/metrics'
 import { LOG } from './log'
+import { clock } from './time/clock'
 
 /**
  * Dead-letter retention: dead letters older than their queue's `deadLetterRetention` (counted from their last
@@ -90,7 +91,7 @@ export class Retention {
    * instance holds some rows for a moment), yielding between batches.
    */
   private async cleanUpTenant(tenant: string | undefined): Promise<void> {
-    const now = Date.now()
+    const now = clock.now()
     const deleted = new Map<string, number>()
     try {
       while (!this.stopped) {

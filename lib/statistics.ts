@@ -1,5 +1,6 @@
 import type { QueueSnapshot } from './interfaces'
 import { LOG } from './log'
+import { clock } from './time/clock'
 
 /** The statistics of every queue of one tenant at one moment. */
 export interface StatisticsSample {
@@ -24,7 +25,7 @@ export class QueueStatistics {
   constructor(
     private readonly query: StatisticsQuery,
     private readonly interval: number,
-    private readonly now: () => number = Date.now
+    private readonly now: () => number = () => clock.now()
   ) {}
 
   /** The statistics of `tenant`, at most `interval` old. */

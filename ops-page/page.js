@@ -15,12 +15,14 @@ const PALETTE = ['#0a6ed1', '#e9730c', '#107e3e', '#925ace', '#bb0000', '#0f828f
 
 /**
  * @typedef {{ queue: string, service: string | null, event: string | null, pending: number, processing: number,
- *   dead: number, oldestPendingSince: string | null, relayLag: number }} Statistics
+ *   dead: number, oldestPendingSince: string | null, relayLag: number, paused: boolean, pausedBy: string | null,
+ *   pausedAt: string | null, breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null }} Statistics
  * @typedef {{ at: string, queue: string, pending: number, processing: number, dead: number, relayLag: number }} LagSample
  * @typedef {{ ID: string, target: string, service: string | null, event: string | null, attempts: number,
  *   timestamp: string, lastAttemptTimestamp: string | null, lastError: string | null }} DeadLetter
  * @typedef {{ queue: string, pending: number, processing: number, dead: number, relayLag: number,
- *   oldestPendingSince: string | null }} QueueRow
+ *   oldestPendingSince: string | null, paused: boolean, pausedBy: string | null, pausedAt: string | null,
+ *   breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null }} QueueRow
  */
 
 /** @param {string} id */
@@ -131,7 +133,9 @@ function perQueue(rows) {
   /** @type {Map<string, QueueRow>} */
   const queues = new Map()
   for (const r of rows) {
-    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null }
+    // the controls are the queue's: the same on each of its rows
+    const { paused, pausedBy, pausedAt, breaker, breakerUntil } = r
+    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null, paused, pausedBy, pausedAt, breaker, breakerUntil }
     q.pending += r.pending
     q.processing += r.processing
     q.dead += r.dead
@@ -149,22 +153,46 @@ function renderQueues(queues) {
   const body = /** @type {HTMLTableSectionElement} */ (element('queues').querySelector('tbody'))
   body.replaceChildren(
     ...queues.map(q => {
-      const cell = (/** @type {keyof QueueRow} */ field, /** @type {string} */ text, className = 'number') =>
+      const cell = (/** @type {keyof QueueRow | 'state'} */ field, /** @type {string} */ text, className = 'number') =>
         create('td', { class: className, 'data-field': field }, [text])
       const dead = cell('dead', String(q.dead), q.dead > 0 ? 'number alert' : 'number')
-      const lag = cell('relayLag', duration(q.relayLag), q.relayLag >= 60 ? 'number late' : 'number')
+      // a paused queue lags on purpose: its lag says so instead of warning
+      const lag = q.paused
+        ? cell('relayLag', `${duration(q.relayLag)} (paused)`, 'number paused')
+        : cell('relayLag', duration(q.relayLag), q.relayLag >= 60 ? 'number late' : 'number')
       lag.dataset.seconds = String(q.relayLag)
+      const broken = q.breaker === 'open' || q.breaker === 'probing'
+      const state = cell('state', stateOf(q), q.paused ? 'paused' : broken ? 'held' : '')
+      state.dataset.paused = String(q.paused)
+      state.dataset.breaker = q.breaker ?? ''
+      // Resume for a queue its breaker holds back too: resuming closes the breaker
+      const held = q.paused || broken
+      const toggle = create('button', { type: 'button', class: held ? '' : 'danger', 'data-control': held ? 'resume' : 'pause', 'data-queue': q.queue }, [held ? 'Resume' : 'Pause'])
       return create('tr', { 'data-queue': q.queue }, [
         create('th', { scope: 'row' }, [q.queue]),
         cell('pending', String(q.pending)),
         cell('processing', String(q.processing)),
         dead,
         lag,
-        cell('oldestPendingSince', time(q.oldestPendingSince), '')
+        cell('oldestPendingSince', time(q.oldestPendingSince), ''),
+        state,
+        create('td', { class: 'actions' }, [toggle])
       ])
     })
   )
   element('queues-empty').hidden = queues.length > 0
+}
+
+/**
+ * What holds a queue back: an operator's pause (who, since when), or its circuit breaker (open until its next probe,
+ * or probing); nothing for a queue that runs freely.
+ * @param {QueueRow} q
+ */
+function stateOf(q) {
+  if (q.paused) return `Paused by ${q.pausedBy ?? 'an operator'} since ${time(q.pausedAt)}`
+  if (q.breaker === 'open') return `Circuit breaker open until ${time(q.breakerUntil)}`
+  if (q.breaker === 'probing') return 'Circuit breaker probing'
+  return 'Running'
 }
 
 /** The queues' colours stay put while the page is open, whatever order the data comes in. */
@@ -347,6 +375,19 @@ async function onOne(action, ID) {
   })
 }
 
+/**
+ * Pause or resume a queue, in every instance of the app. Resuming also closes its circuit breaker: the button says
+ * Resume for a queue its breaker holds back too.
+ * @param {'pause' | 'resume'} action @param {string} queue
+ */
+async function onControl(action, queue) {
+  if (action === 'pause' && !confirm(`Pause ${queue}? Its messages stay in the table until it is resumed.`)) return
+  await act(async () => {
+    await post(action, { queue })
+    return action === 'pause' ? `Paused ${queue}: its messages wait until it is resumed.` : `Resumed ${queue}: its messages run again.`
+  })
+}
+
 /** @param {'reviveAll' | 'deleteAll'} action */
 async function onAll(action) {
   const queue = selectedQueue()
@@ -366,6 +407,11 @@ element('dead').addEventListener('click', event => {
   if (!(button instanceof HTMLButtonElement)) return
   const action = button.dataset.action === 'delete' ? 'delete' : 'revive'
   void onOne(action, button.dataset.id ?? '')
+})
+element('queues').addEventListener('click', event => {
+  const button = /** @type {HTMLElement} */ (event.target).closest('button[data-control]')
+  if (!(button instanceof HTMLButtonElement)) return
+  void onControl(button.dataset.control === 'resume' ? 'resume' : 'pause', button.dataset.queue ?? '')
 })
 element('revive-all').addEventListener('click', () => void onAll('reviveAll'))
 element('delete-all').addEventListener('click', () => void onAll('deleteAll'))

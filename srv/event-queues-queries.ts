@@ -1,10 +1,13 @@
 import cds from '@sap/cds'
 import { decode } from '../lib/codec'
 import type { QueueRegistry } from '../lib/queues'
-import type { StoreChoice } from '../lib/interfaces'
+import type { QueueSettings, StoreChoice } from '../lib/interfaces'
 import { storeFor } from '../lib/store/choose'
 import type { QueueStore } from '../lib/store/queue-store'
 import { deadLettersCqn, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
+import { clock } from '../lib/time/clock'
+import { pauseQueue, resumeQueue, withControls, type ControlFields } from '../lib/controls/operator'
+import type { QueueControl } from '../lib/controls/table'
 
 /**
  * The CQL the dead-letter service runs on `cds.outbox.Messages`. The queue's own hot path (claim, complete, fail)
@@ -65,7 +68,7 @@ export interface PendingSummary {
   lastError: string | null
 }
 
-export interface QueueStatistics {
+export interface QueueStatistics extends ControlFields {
   queue: string
   service: string | null
   event: string | null
@@ -225,7 +228,7 @@ export class OperatorQueries {
     let revived = 0
     for (const some of chunks(IDs)) {
       revived += await UPDATE(MESSAGES)
-        .set({ attempts: 0, dueAt: new Date().toISOString(), ...UNCLAIMED.cqn })
+        .set({ attempts: 0, dueAt: new Date(clock.now()).toISOString(), ...UNCLAIMED.cqn })
         .where({ ID: { in: some } })
         .and(this.deadLetters())
     }
@@ -247,6 +250,21 @@ export class OperatorQueries {
     return removed
   }
 
+  /** Pauses `queue` for every instance, recorded as done `by` an operator; its controls afterwards. */
+  pause(queue: unknown, by: string): Promise<QueueControl> {
+    return pauseQueue(this.queues, this.appid, queue, by)
+  }
+
+  /** Lifts a pause of `queue` and closes its circuit breaker, for every instance; its controls before and after. */
+  resume(queue: unknown, by: string): Promise<{ before: QueueControl; after: QueueControl }> {
+    return resumeQueue(this.queues, this.appid, queue, by)
+  }
+
+  /** The settings of `queue` where this process knows it (else it has no circuit breaker to show). */
+  settingsOf(queue: string): QueueSettings | undefined {
+    return this.queues.knows(queue) ? this.queues.forTarget(queue) : undefined
+  }
+
   private async count(where: object, alive: boolean): Promise<Map<string, Counted>> {
     const query = SELECT.from(MESSAGES)
       .columns('target', 'service', 'event', 'count(1) as count', 'min(timestamp) as oldest')
@@ -260,16 +278,17 @@ export class OperatorQueries {
 
   /**
    * Per queue, service and event: waiting, being processed, dead, and how long the oldest due message has been
-   * waiting (relay lag). Rows written by others count under their service once the runner has seen them.
+   * waiting (relay lag). Rows written by others count under their service once the runner has seen them. Each row
+   * carries its queue's controls (pause, circuit breaker); a paused or broken queue without messages gets a row too.
    */
-  async statistics(now = Date.now()): Promise<QueueStatistics[]> {
+  async statistics(now = clock.now()): Promise<QueueStatistics[]> {
     const pending = await this.count({ status: null }, true)
     const processing = await this.count({ status: PROCESSING }, true)
     const dead = await this.count({}, false)
     // Delayed messages carry their due time in `timestamp`: they are not late before it.
     const due = await this.count({ status: null, timestamp: { '<=': new Date(now).toISOString() } }, true)
     const groups = new Map([...pending, ...processing, ...dead].map(([key, r]) => [key, r]))
-    return [...groups.keys()].sort().map(key => {
+    const counted = [...groups.keys()].sort().map(key => {
       const { target, service, event } = groups.get(key)!
       const since = due.get(key)?.oldest ?? null
       return {
@@ -283,6 +302,8 @@ export class OperatorQueries {
         relayLag: since ? Math.max(0, Math.floor((now - Date.parse(since)) / 1000)) : 0
       }
     })
+    const blank = (queue: string) => ({ queue, service: null, event: null, pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 })
+    return withControls(counted, this.queues, this.appid, blank)
   }
 }
 

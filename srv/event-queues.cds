@@ -51,7 +51,11 @@ service EventQueuesService {
       appid
     };
 
-  /** Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds. */
+  /**
+   * Counts per queue, service and event; `relayLag` is how long the oldest undelivered message has waited, in seconds.
+   * The queue's controls on each of its rows: whether an operator paused it (a paused queue's lag is expected), and
+   * its circuit breaker (null: it has none; 'closed', 'open' until `breakerUntil`, or 'probing').
+   */
   type QueueStatistics {
     queue               : String;
     service             : String;
@@ -61,6 +65,21 @@ service EventQueuesService {
     dead                : Integer;
     oldestPendingSince  : Timestamp;
     relayLag            : Integer;
+    paused              : Boolean;
+    pausedBy            : String;
+    pausedAt            : Timestamp;
+    breaker             : String;
+    breakerUntil        : Timestamp;
+  }
+
+  /** A queue's controls after `pause` or `resume`. */
+  type QueueControl {
+    queue        : String;
+    paused       : Boolean;
+    pausedBy     : String;
+    pausedAt     : Timestamp;
+    breaker      : String;
+    breakerUntil : Timestamp;
   }
 
   /** One queue at one moment of the last hour, sampled by the serving process (the ops page's lag chart). */
@@ -79,4 +98,11 @@ service EventQueuesService {
   /** Revives every dead letter matching all given filters; `olderThan` is a duration such as '1h' or '2d'. */
   action   reviveAll(queue : String, service : String, event : String, olderThan : String) returns Integer;
   action   deleteAll(queue : String, service : String, event : String, olderThan : String) returns Integer;
+  /**
+   * Pauses a queue in every instance, until `resume`: its messages stay in the table, unclaimed and not attempted;
+   * handlers already running finish. Recorded with the caller's user id.
+   */
+  action   pause(queue : String)                                                             returns QueueControl;
+  /** Lifts a pause and closes the queue's circuit breaker: its messages run again, in every instance. */
+  action   resume(queue : String)                                                            returns QueueControl;
 }

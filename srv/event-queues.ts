@@ -6,6 +6,10 @@ import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-h
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
 import { describeRows, messagesPerPage, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { clock } from '../lib/time/clock'
+import { controlFields, UnknownQueue } from '../lib/controls/operator'
+import type { QueueControl } from '../lib/controls/table'
+import { QueueError } from '../lib/errors'
 
 type Request = cds.Request & { params: unknown[] }
 
@@ -24,7 +28,7 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
   if (event) filter.event = event
   if (olderThan) {
     try {
-      filter.enqueuedBefore = Date.now() - parseDuration(olderThan, 'olderThan')
+      filter.enqueuedBefore = clock.now() - parseDuration(olderThan, 'olderThan')
     } catch (e) {
       return void req.reject(400, (e as Error).message)
     }
@@ -114,6 +118,27 @@ export default class EventQueuesService extends cds.ApplicationService {
       if (!filter) return
       return queries.remove(await queries.deadLetterIDs(filter))
     })
+
+    /**
+     * `pause` and `resume`: the table first, in the request's transaction (its tenant's database); this process's
+     * runner knows at once after the commit, the others through the table.
+     */
+    const control = async (req: Request, change: (queue: unknown, by: string) => Promise<QueueControl>) => {
+      try {
+        const after = await change((req.data as { queue?: unknown }).queue, req.user.id)
+        req.on('succeeded', () => {
+          runner.controls.apply(req.tenant, after)
+          runner.wake(req.tenant)
+        })
+        return { queue: after.queue, ...controlFields(after, queries.settingsOf(after.queue)) }
+      } catch (e) {
+        if (e instanceof UnknownQueue) return req.reject(404, e.message)
+        if (e instanceof QueueError) return req.reject(400, e.message)
+        throw e
+      }
+    }
+    this.on('pause', (req: Request) => control(req, (queue, by) => queries.pause(queue, by)))
+    this.on('resume', (req: Request) => control(req, async (queue, by) => (await queries.resume(queue, by)).after))
 
     this.on('statistics', () => queries.statistics())
     this.on('lagHistory', (req: Request) => lagHistory(req.tenant))

@@ -1,6 +1,7 @@
-const { startApp } = require('./support/app')
+const { startApp, merge, onPostgres } = require('./support/app')
+const { runCli } = require('./support/cli')
 const { MESSAGES, messages, capRow } = require('./support/outbox')
-const { waitFor } = require('./support/wait')
+const { waitFor, sleep } = require('./support/wait')
 const cds = require('@sap/cds')
 
 startApp({ requires: { queue: { batchSize: 10, pollInterval: '1h', backoff: { base: 60_000, max: 60_000 } } } })
@@ -97,5 +98,38 @@ describe('batched processing (batchSize > 1)', () => {
     expect(done.sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, n) => n))
     // Handed back, not failed: nobody was charged an attempt for waiting.
     expect(await messages()).toEqual([])
+  })
+
+  // The batch's transaction takes SQLite's write lock as it begins: had it only read before its handler awaited, the
+  // CLI's commit meanwhile would fail the batch's first write (SQLITE_BUSY_SNAPSHOT), and all its messages with it.
+  ;(onPostgres() ? test.skip : test)('a batch whose handler read and awaits a remote call loses nothing to a CLI write meanwhile (SQLite)', async () => {
+    const attempts = []
+    let reading
+    const read = new Promise(resolve => (reading = resolve))
+    let answer
+    const answered = new Promise(resolve => (answer = resolve))
+    srv.on('remote', async req => {
+      attempts.push(req.queue.attempt)
+      await SELECT.one.from('test.Records')
+      reading()
+      await answered
+      await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'batch', message: req.queue.messageId })
+    })
+    const dead = { ...capRow({ event: 'record', data: { tag: 'dead' } }), attempts: 10 }
+    // 12 rows over 10 free slots: batches of two
+    await INSERT.into(MESSAGES).entries([dead, ...Array.from({ length: 12 }, (_, n) => capRow({ event: 'remote', data: { n } }))])
+    const flushed = cds.flush()
+    await read
+    // the CLI may wait for the batch's transaction up to 30 s; the remote call answers once the CLI is done, or after
+    // 8 s (part of the scenario: a slow remote system)
+    const config = merge(JSON.parse(process.env.CDS_CONFIG), { requires: { db: { client: { timeout: 30000 } } } })
+    const cli = runCli(['delete', dead.ID], { env: { CDS_CONFIG: JSON.stringify(config) } })
+    await Promise.race([cli, sleep(8000)])
+    answer()
+    expect(await cli).toMatchObject({ code: 0, stdout: 'Deleted 1 dead letter.\n' })
+    await flushed
+    expect(await messages()).toEqual([])
+    expect(attempts).toEqual(Array(12).fill(1))
+    expect(await SELECT.from('test.Records').where({ kind: 'batch' })).toHaveLength(12)
   })
 })

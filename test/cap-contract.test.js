@@ -69,6 +69,21 @@ describe('CAP contracts', () => {
       expect(typeof tx.ready).toBe('string')
     })
 
+    test('a begin replaced on the transaction object is what CAP calls before the first statement, once, with `dbc` set when it resolves', async () => {
+      const { transactionOfContext, afterBegin } = transactions()
+      const calls = []
+      await cds.tx(async () => {
+        const tx = transactionOfContext()
+        afterBegin(tx, async begun => {
+          calls.push(begun === tx && begun.dbc ? 'begun' : 'not begun')
+        })
+        await SELECT.from('cds.outbox.Messages')
+        await SELECT.from('cds.outbox.Messages')
+        calls.push('statements')
+      })
+      expect(calls).toEqual(['begun', 'statements'])
+    })
+
     test("a view of a transaction made with Object.create runs a hook before CAP dispatches a statement on it", async () => {
       const { transactionOfContext, withFirstStatementHook, begun } = transactions()
       const calls = []
@@ -274,7 +289,7 @@ describe('CAP contracts', () => {
       expect(configuredSqliteDriver({ options: { credentials: { driver: 'sql.js' } } })).toBe('sql.js')
     })
 
-    test('@cap-js/sqlite hands cds.requires.db.client to its driver: where the CLI sets the busy timeout', async () => {
+    test('@cap-js/sqlite hands cds.requires.db.client to its driver: where the CLI and the app set the busy timeout', async () => {
       if (onPostgres()) return
       const { waitingForOtherWriters } = require('../lib/cap/database-options')
       expect(cds.db.factory.create.toString()).toMatch(/new sqlite\(database, this\.options\.client \|\| \{\}\)/)
@@ -284,7 +299,9 @@ describe('CAP contracts', () => {
       const configured = { kind: 'sqlite', client: { timeout: 100 } }
       waitingForOtherWriters(configured)
       expect(configured.client).toEqual({ timeout: 100 })
-      // the CLI beside a writing app: cli.test.js "beside an app in the middle of a write…"
+      // the app's own database got it when the plugin loaded (the suite configures none)
+      expect(cds.db.options.client).toEqual({ timeout: 5000 })
+      // the CLI beside a writing app: cli.test.js "beside an app in the middle of a write…"; beside a handler: "beside a handler that read…"
     })
   })
 

@@ -42,8 +42,9 @@ describe('SAP HANA artifacts', () => {
       expect(fs.readFileSync(path.join(gen, 'cds.outbox.Messages.due.hdbindex'), 'utf8').trim()).toBe(INDEX)
       const hdiconfig = JSON.parse(fs.readFileSync(path.join(gen, '.hdiconfig'), 'utf8'))
       expect(hdiconfig.file_suffixes.hdbindex).toEqual({ plugin_name: 'com.sap.hana.di.index' })
-      // the operator service's views come along
+      // the operator service's views come along, and the queue controls (pauses, breakers, rate windows)
       expect(fs.existsSync(path.join(gen, 'EventQueuesService.DeadOutboxMessages.hdbview'))).toBe(true)
+      expect(fs.readFileSync(path.join(gen, 'cds.outbox.QueueControls.hdbtable'), 'utf8')).toMatch(/PRIMARY KEY\(appid, queue\)/)
     } finally {
       fs.rmSync(dest, { recursive: true, force: true })
     }

@@ -21,6 +21,13 @@ describe('the key clock of the portable store', () => {
     expect(clock.next('o2', T + 1, T + 2000)).toBe(T + 2)
   })
 
+  test('a delayed message keeps its due time and does not move the messages of its key that are due before it', () => {
+    const clock = new KeyClock()
+    expect(clock.next('o3', T + 4000, T)).toBe(T + 4000)
+    expect(clock.next('o3', T, T)).toBe(T)
+    expect(clock.next('o3', T + 1, T + 1)).toBe(T + 1)
+  })
+
   test('entries older than KEPT go: keys are not remembered for ever', () => {
     const clock = new KeyClock()
     clock.next('old', T, T)

@@ -3,6 +3,7 @@ const os = require('os')
 const path = require('path')
 const { startInstance, stopInstance } = require('./support/instances')
 const { onPortableStore } = require('./support/app')
+const { openReadOnly } = require('./support/shared-database')
 const { waitFor } = require('./support/wait')
 
 // A tenant's backlog committed in a process that is killed, with no new traffic in that tenant afterwards: another
@@ -28,14 +29,6 @@ async function call(instance, method, url, user, body) {
 }
 /** Subscribes `tenant` through `instance`'s SaaS provisioning API, as the subscription manager would. */
 const subscribe = (instance, tenant) => call(instance, 'PUT', `/-/cds/saas-provisioning/tenant/${tenant}`, 'yves', { subscribedSubdomain: tenant, eventType: 'CREATE' })
-/** better-sqlite3 on the cds 9 stack, node:sqlite on the cds 10 one (@cap-js/sqlite 3 brings no native driver). */
-function openReadOnly(file) {
-  try {
-    return new (require('better-sqlite3'))(file, { readonly: true })
-  } catch {
-    return new (require('node:sqlite').DatabaseSync)(file, { readOnly: true })
-  }
-}
 /** The claims in `tenant`'s database file, read beside the app (SQLite allows readers beside a writer). */
 function claimedIn(tenant) {
   const file = db.credentials.url.replace(/\.sqlite$/, `-${tenant}.sqlite`)

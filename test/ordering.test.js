@@ -104,6 +104,20 @@ describe('ordering and concurrency', () => {
     expect(seen).toEqual([0, 1, 2, 3, 4])
   })
 
+  test('a delayed message takes its place at its due time: a later message of its key that is due now runs at once', async () => {
+    const seen = []
+    cds.unqueued(ordered).on('placed', req => void seen.push(req.data.seq))
+    await cds.tx(async () => {
+      await ordered.send({ event: 'placed', data: { key: 'delayed', seq: 0 }, queue: { after: 3_600_000 } })
+      await ordered.emit('placed', { key: 'delayed', seq: 1 })
+    })
+    await waitFor(() => seen.length === 1, { what: 'the message due now' })
+    expect(seen).toEqual([1])
+    // its row goes when its handler's transaction commits, just after the handler ran
+    const [waiting] = await waitFor(async () => { const rows = await messages(); return rows.length === 1 && rows }, { what: 'its row deleted' })
+    expect(JSON.parse(waiting.msg).data).toEqual({ key: 'delayed', seq: 0 })
+  })
+
   test('a key whose first message keeps failing does not delay other keys', async () => {
     const seen = { poisoned: [], a: [], b: [] }
     cds.unqueued(patient).on('work', req => {

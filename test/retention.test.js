@@ -12,7 +12,9 @@ const app = startApp({
   requires: {
     queue: { deadLetterRetention: '1d' },
     slowQueue: { maxAttempts: 2, deadLetterRetention: false },
-    OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: 3, deadLetterRetention: '2s' } }
+    OwnQueue: { impl: 'srv/plain-service.js', outboxed: { maxAttempts: 3, deadLetterRetention: '2s' } },
+    // A dead head keeps its key blocked until an operator acts; its dead letters go after 1 s.
+    Blocking: { impl: 'srv/plain-service.js', outboxed: { orderingKey: 'key', orderingOnDeadLetter: 'block', deadLetterRetention: '1s' } }
   },
   log: { levels: { queue: 'info' } }
 })
@@ -97,6 +99,32 @@ describe('dead-letter retention', () => {
     await waitFor(async () => (await remaining()).length === 0, { timeout: 10000, what: 'the scheduled cleanup to delete the dead letter' })
     // not before its 2 s counted from its last attempt (the cleanup runs every second: within a second after them)
     expect(Date.now() - Date.parse(row.lastAttemptTimestamp)).toBeGreaterThanOrEqual(2000)
+  })
+
+  test("a dead letter that blocks its ordering key ('block') outlives its retention, and its key stays blocked; the queue's other dead letters go", async () => {
+    const blocking = await cds.connect.to('Blocking')
+    const seen = []
+    cds.unqueued(blocking).on('ship', req => {
+      if (req.data.fails) throw Object.assign(new Error('carrier down'), { unrecoverable: true })
+      seen.push(req.data.seq)
+    })
+    const deadLetters = async () => (await SELECT.from(MESSAGES).columns('ID', 'orderingKey').where({ dueAt: null })).map(r => r.ID)
+    await cds.tx(async () => {
+      await blocking.emit('ship', { key: 'order-1', seq: 0, fails: true })
+      await blocking.emit('ship', { key: 'order-1', seq: 1 })
+    })
+    const [head] = await waitFor(() => deadLetters().then(IDs => IDs.length === 1 && IDs), { what: 'the dead head' })
+    // an unkeyed dead letter of the same queue, dead after the head: once the scheduled cleanup deleted it, the
+    // head was past its retention as well
+    await cds.tx(() => blocking.emit('ship', { seq: 2, fails: true }))
+    const [unkeyed] = await waitFor(() => deadLetters().then(IDs => IDs.length === 2 && IDs.filter(ID => ID !== head)), { what: 'the unkeyed dead letter' })
+    await waitFor(async () => !(await remaining()).includes(unkeyed), { what: 'the cleanup to delete the unkeyed dead letter' })
+    await eventQueues().retention.run()
+    await cds.flush()
+
+    const rows = await SELECT.from(MESSAGES).columns('ID', 'orderingKey', 'attempts').orderBy('timestamp')
+    expect(rows).toEqual([{ ID: head, orderingKey: 'order-1', attempts: expect.any(Number) }, { ID: expect.any(String), orderingKey: 'order-1', attempts: 0 }])
+    expect(seen).toEqual([])
   })
 
   // Last: it stops the scheduled cleanup, so that only the two it runs delete.

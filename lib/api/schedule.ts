@@ -9,6 +9,7 @@ import type { QueueStore } from '../store'
 import { checkCron, looksLikeCron, CRON_FORMS } from '../time/cron'
 import { DURATION_FORMS, parseDuration } from '../time/durations'
 import { firstRun } from '../time/recurrence'
+import { clock } from '../time/clock'
 
 /**
  * Scheduled tasks: `srv.schedule(...)` and `srv.unschedule(name)`. A task is a singleton row keyed by service and
@@ -63,7 +64,7 @@ export function taskIds(serviceName: string, task: string, app: string | undefin
  * queue wrote under its other IDs go, in the same transaction, so the task does not run twice.
  */
 export async function upsertTask(store: QueueStore, queue: QueueSettings, encoded: Encoded, info: QueueInfo & { task: string }, appid: string | undefined): Promise<void> {
-  const due = firstRun(info, Date.now(), queue.timezone)
+  const due = firstRun(info, clock.now(), queue.timezone)
   const { ID, capIds } = taskIds(encoded.service, info.task, appid, queue.name)
   await store.upsertTask(messageDueAt(queue.name, encoded, due, info.task, ID))
   await store.unscheduleTaskOf(capIds, info.task, encoded.service)

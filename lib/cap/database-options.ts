@@ -50,9 +50,11 @@ const SQLITE_BUSY_TIMEOUT = 5000
 
 /**
  * A process beside the app on its SQLite file (the CLI) must wait for the app's writes, not fail "database is
- * locked": @cap-js/sqlite hands `cds.requires.db.client` to its driver's constructor, and both drivers take `timeout`
- * (the busy timeout, ms). better-sqlite3 (cds 9) waits 5 s unless told; node:sqlite (@cap-js/sqlite 3, cds 10) does
- * not wait at all. A `timeout` the project configured is kept. Contract: test/cap-contract.test.js "database options".
+ * locked", and the app for its: a handler's transaction takes the write lock as it begins (lib/store/dialect.ts
+ * `lockWhenBegun`) and must not fail, with an attempt counted, because the CLI is writing. @cap-js/sqlite hands
+ * `cds.requires.db.client` to its driver's constructor, and both drivers take `timeout` (the busy timeout, ms).
+ * better-sqlite3 (cds 9) waits 5 s unless told; node:sqlite (@cap-js/sqlite 3, cds 10) does not wait at all. A
+ * `timeout` the project configured is kept. Contract: test/cap-contract.test.js "database options".
  */
 export function waitingForOtherWriters(db: { kind?: string; client?: Record<string, unknown> }): void {
   if (db.kind === 'sqlite') db.client = { timeout: SQLITE_BUSY_TIMEOUT, ...db.client }

@@ -50,6 +50,19 @@ export async function currentConnection(): Promise<unknown> {
 }
 
 /**
+ * Runs `after` on `tx` as soon as it has begun, before its first statement, whoever begins it: CAP with the first
+ * statement of a handler, or the store (`begun`). For a transaction that has not begun yet.
+ */
+export function afterBegin(tx: DatabaseTransaction, after: (tx: DatabaseTransaction) => Promise<void>): void {
+  const begin = tx.begin as (this: DatabaseTransaction, ...args: unknown[]) => Promise<unknown>
+  tx.begin = async function (this: DatabaseTransaction, ...args: unknown[]) {
+    const begun = await begin.apply(this, args)
+    await after(this)
+    return begun
+  }
+}
+
+/**
  * Runs `check` whenever `tx` begins, before it takes a connection: a `check` that throws fails the statement that
  * would have begun it, and no connection is opened. (A connection is what opens a tenant's database; on SQLite it
  * creates a missing database file.) `tx` must not have begun.

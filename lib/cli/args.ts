@@ -6,7 +6,7 @@ import { DURATION_FORMS, parseDuration } from '../time/durations'
  * names the option, the value and what is allowed, and costs no database round trip.
  */
 
-export const COMMANDS = ['status', 'pending', 'dead', 'revive', 'delete', 'purge', 'help'] as const
+export const COMMANDS = ['status', 'pending', 'dead', 'revive', 'delete', 'purge', 'pause', 'resume', 'help'] as const
 export type Command = (typeof COMMANDS)[number]
 
 export interface Options {
@@ -29,7 +29,7 @@ export interface Options {
 
 export interface Invocation {
   command: Command
-  /** Message IDs (`revive`, `delete`). */
+  /** Message IDs (`revive`, `delete`), or the queue (`pause`, `resume`). */
   ids: string[]
   options: Options
 }
@@ -57,6 +57,8 @@ const ALLOWED: Record<Command, string[]> = {
   revive: ['--all', ...FILTERS],
   delete: ['--all', ...FILTERS],
   purge: FILTERS,
+  pause: [],
+  resume: [],
   help: []
 }
 const GLOBAL = ['--profile', '--tenant', '--help']
@@ -128,6 +130,10 @@ function check(command: Command, ids: string[], options: Options): void {
     if (ids.length && filtered) throw invalid(what, ids.join(' ') + ' with filters', `${forms} (filters apply to --all only)`)
     return
   }
+  if (command === 'pause' || command === 'resume') {
+    if (ids.length !== 1) throw invalid(`arguments of cds-event-queues ${command}`, ids.join(' ') || 'none', 'the name of one queue')
+    return
+  }
   if (ids.length) throw invalid(`arguments of cds-event-queues ${command}`, ids.join(' '), 'options only')
   if (command === 'purge' && options.olderThan === undefined) {
     throw invalid('option --older-than of cds-event-queues purge', undefined, `a duration such as '30d' (${DURATION_FORMS})`)
@@ -149,6 +155,8 @@ Commands:
                              delete dead letters without processing them
   purge --older-than <duration> [--queue|--service|--event <name>]
                              delete the dead letters enqueued longer ago than <duration>, e.g. 30d
+  pause <queue>              pause a queue in every instance: its messages stay in the table until it is resumed
+  resume <queue>             resume a paused queue (and close its circuit breaker): its messages run again
 
 Filters: --queue <name> --service <name> --event <name> --older-than <duration> (all given must match)
 Options: --profile <name> uses that cds profile's configuration (like CDS_ENV), --help shows this text,

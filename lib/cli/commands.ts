@@ -1,9 +1,12 @@
 import cds from '@sap/cds'
+import { hostname, userInfo } from 'os'
 import { dialectFor } from '../store/dialect'
+import { resumed } from '../controls/operator'
 import { CHUNK, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
 import type { Invocation, Options } from './args'
 import { EXIT } from './exit-codes'
 import { firstLine, progress, seconds, table, writeJsonArray, type Streams } from './output'
+import { clock } from '../time/clock'
 
 /** What a command works with: the operator service's queries on the project's own database. */
 export interface Session {
@@ -14,7 +17,14 @@ export interface Session {
   streams: Streams
 }
 
-const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE']
+const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE', 'STATE']
+
+/** What holds a queue back, as the status table says it: an operator's pause, its circuit breaker. */
+function stateOf(r: QueueStatistics): string {
+  if (r.paused) return `paused by ${r.pausedBy ?? 'an operator'}`
+  if (r.breaker === 'open') return `breaker open until ${r.breakerUntil ?? '?'}`
+  return r.breaker === 'probing' ? 'breaker probing' : ''
+}
 
 /**
  * Runs `fn` in a transaction of its own, in the session's tenant: a bulk operation commits chunk by chunk, never
@@ -29,18 +39,23 @@ async function status(session: Session, options: Options): Promise<number> {
   if (options.json) streams.stdout.write(JSON.stringify(rows, null, 2) + '\n')
   else if (!rows.length) streams.stdout.write('No messages are waiting and there are no dead letters.\n')
   else {
-    const cells = rows.map(r => [r.queue, r.service ?? '', r.event ?? '', r.pending, r.processing, r.dead, seconds(r.relayLag), r.oldestPendingSince ?? ''])
+    const cells = rows.map(r => [r.queue, r.service ?? '', r.event ?? '', r.pending, r.processing, r.dead, seconds(r.relayLag), r.oldestPendingSince ?? '', stateOf(r)])
     streams.stdout.write(table(STATUS_HEADERS, cells))
   }
   return thresholds(rows, options, streams)
 }
 
-/** `--max-lag` / `--max-dead`: a cron job or a probe can alert on the exit code alone. */
+/**
+ * `--max-lag` / `--max-dead`: a cron job or a probe can alert on the exit code alone. A paused queue lags on purpose:
+ * its lag is named on stderr as not checked, and does not change the exit code.
+ */
 function thresholds(rows: QueueStatistics[], options: Options, streams: Streams): number {
   const exceeded: string[] = []
   if (options.maxLag !== undefined) {
     for (const r of rows.filter(r => r.relayLag * 1000 > options.maxLag!)) {
-      exceeded.push(`relay lag of ${[r.queue, r.service, r.event].filter(Boolean).join(' / ')} is ${seconds(r.relayLag)}, over --max-lag ${seconds(Math.round(options.maxLag / 1000))}`)
+      const lag = `relay lag of ${[r.queue, r.service, r.event].filter(Boolean).join(' / ')} is ${seconds(r.relayLag)}, over --max-lag ${seconds(Math.round(options.maxLag / 1000))}`
+      if (r.paused) streams.stderr.write(`${lag}, but is not checked: the queue is paused (by ${r.pausedBy ?? 'an operator'} since ${r.pausedAt})\n`)
+      else exceeded.push(lag)
     }
   }
   const dead = rows.reduce((sum, r) => sum + r.dead, 0)
@@ -54,7 +69,7 @@ function filterOf(options: Options): DeadLetterFilter {
   if (options.queue !== undefined) filter.queue = options.queue
   if (options.service !== undefined) filter.service = options.service
   if (options.event !== undefined) filter.event = options.event
-  if (options.olderThan !== undefined) filter.enqueuedBefore = Date.now() - options.olderThan
+  if (options.olderThan !== undefined) filter.enqueuedBefore = clock.now() - options.olderThan
   return filter
 }
 
@@ -131,6 +146,32 @@ async function reviveOrDelete(session: Session, action: 'revive' | 'delete', { i
   return found.missing ? EXIT.NOT_DEAD : EXIT.OK
 }
 
+/** Who pauses or resumes with the CLI: the operator's user on this host, as the log and the table record it. */
+function operator(): string {
+  let user: string | undefined
+  try {
+    user = userInfo().username
+  } catch {
+    user = process.env.USER ?? process.env.LOGNAME // a container user without an entry in /etc/passwd
+  }
+  return `${user ?? 'unknown'}@${hostname()} (cli)`
+}
+
+/** `pause <queue>` / `resume <queue>`: in the table, for every instance; running ones learn of it at their next poll. */
+async function control(session: Session, action: 'pause' | 'resume', queue: string): Promise<number> {
+  const { queries, streams } = session
+  const by = operator()
+  if (action === 'pause') {
+    const control = await inTransaction(session, () => queries.pause(queue, by))
+    const since = `by ${control.pausedBy} since ${new Date(control.pausedAt ?? Date.now()).toISOString()}`
+    streams.stdout.write(`Paused queue ${queue} (${since}): its messages stay in the table until it is resumed.\n`)
+    return EXIT.OK
+  }
+  const { before } = await inTransaction(session, () => queries.resume(queue, by))
+  streams.stdout.write(`Resumed queue ${queue}: ${resumed(before)}.\n`)
+  return EXIT.OK
+}
+
 export async function runCommand(session: Session, invocation: Invocation): Promise<number> {
   switch (invocation.command) {
     case 'status':
@@ -145,6 +186,9 @@ export async function runCommand(session: Session, invocation: Invocation): Prom
       return reviveOrDelete(session, 'delete', invocation)
     case 'purge':
       return reviveOrDelete(session, 'delete', { ...invocation, options: { ...invocation.options, all: true } })
+    case 'pause':
+    case 'resume':
+      return control(session, invocation.command, invocation.ids[0])
     case 'help':
       return EXIT.OK
   }

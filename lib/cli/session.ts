@@ -7,9 +7,11 @@ import { metaTenant } from '../cap/mtxs'
 import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
 import { compileSettings } from '../settings'
+import { readDatabaseClock } from '../store/database-time'
 import type { Invocation } from './args'
 import type { Session } from './commands'
 import type { Streams } from './output'
+import { clock } from '../time/clock'
 
 /** CAP's loggers whose info lines (connecting, pools) would mix with the CLI's output; warnings still show. */
 const QUIET = ['cds', 'db', 'sqlite', 'postgres', 'pool', 'queue']
@@ -65,6 +67,8 @@ export async function openSession(streams: Streams, { command, options }: Invoca
   cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
   waitingForOtherWriters(db)
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
+  // "now" for revivals and age filters is the database's, as in the app (lib/time/clock.ts)
+  clock.adjust(await readDatabaseClock(connected))
   return {
     queries: new OperatorQueries(settings.queues, settings.appid, settings.runner.store),
     db: connected,

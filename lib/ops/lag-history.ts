@@ -1,4 +1,5 @@
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * The relay lag of the last hour, sampled in memory by the process serving the ops page.
@@ -45,7 +46,7 @@ export class LagHistory {
     /** Counts the queues as of `at` (epoch ms), the moment the sample is stamped with. */
     private readonly count: (at: number) => Promise<QueueCounts[]>,
     private readonly interval: number,
-    private readonly now: () => number = Date.now
+    private readonly now: () => number = () => clock.now()
   ) {}
 
   /** Samples now and then every `interval` ms; the timer never keeps the process alive. */
@@ -119,7 +120,7 @@ export class TenantLagHistories {
     /** Counts the queues of `tenant` as of `at` (epoch ms). */
     private readonly count: (tenant: string | undefined, at: number) => Promise<QueueCounts[]>,
     private readonly interval: number,
-    private readonly now: () => number = Date.now
+    private readonly now: () => number = () => clock.now()
   ) {}
 
   /** The samples of the last hour of `tenant`, with a fresh one at the end. */

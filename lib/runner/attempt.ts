@@ -4,6 +4,7 @@ import type { QueueStore } from '../store'
 import { isDeadLetter } from '../store/rules'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { failed, succeeded } from './outcomes'
+import { clock } from '../time/clock'
 
 /** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
 
@@ -28,7 +29,7 @@ export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
     return { outcome: { kind: 'dead', error: row.lastError ?? 'maxAttempts reached', attempts: row.attempts, silent: true }, message }
   }
   // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
-  if (row.timestamp > Date.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
+  if (row.timestamp > clock.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
   return { message }
 }
 
@@ -43,7 +44,7 @@ export async function attempt(row: MessageRow, claim: Claim, queue: QueueSetting
   const message = prepared.message
   try {
     await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
-      succeeded(row, claim, message, queue, store, srv, result)))
+      succeeded(row, claim, message, queue, store, srv, result), () => store.lockOnBegin()))
     return { outcome: { kind: 'succeeded' }, message }
   } catch (error) {
     return { outcome: failed(error, row, queue), message }

@@ -11,6 +11,7 @@ import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } fr
 import { throwIfTenantGone } from './lease'
 import { failed, succeeded } from './outcomes'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * Several claimed messages in one database transaction: a transaction per message caps throughput at the
@@ -124,7 +125,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
         ).catch(async (error: unknown) => {
           await part.rollback()
           // its handler waited for a transaction of its own (see batch-connections.ts): it runs again, alone
-          results[entry.index] = running.conflict ? { outcome: { kind: 'deferred', dueAt: new Date(), alone: true }, message: entry.message } : failedWith(entry, error)
+          results[entry.index] = running.conflict ? { outcome: { kind: 'deferred', dueAt: new Date(clock.now()), alone: true }, message: entry.message } : failedWith(entry, error)
         }).finally(() => (running.running = false))
         if (!tx) continue
         // A handler that caught a database error of its own left PostgreSQL's transaction aborted: keeping its part
@@ -150,7 +151,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
     taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {
       await tx.rollback().catch(() => {})
-      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date() }, message: entry.message } : failedWith(entry, error)
+      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date(clock.now()) }, message: entry.message } : failedWith(entry, error)
     }
     for (const entry of group.slice(0, taken)) results[entry.index] ??= failedWith(entry, error)
     return taken

@@ -62,19 +62,21 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
- * and `inTx` runs in the same transaction after the handlers, with their result. Once the message's tenant is
- * unsubscribed (its signal says so), the transaction's database part does not begin: neither the handlers' statements
- * nor the completion open the tenant's database again.
+ * and `inTx` runs in the same transaction after the handlers, with their result; `atStart` before them, before the
+ * transaction's first statement. Once the message's tenant is unsubscribed (its signal says so), the transaction's
+ * database part does not begin: neither the handlers' statements nor the completion open the tenant's database again.
  */
 export async function dispatchInTx(
   message: DecodedMessage,
   runtime: QueueInfoAtRuntime | undefined,
-  inTx: (srv: cds.Service, result: unknown) => Promise<void>
+  inTx: (srv: cds.Service, result: unknown) => Promise<void>,
+  atStart?: () => void
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
     const db = runtime && transactionOfContext()
     if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))
+    atStart?.()
     const result = await tx.dispatch(eventFor(message, runtime))
     if (runtime) throwIfTenantGone(runtime.signal)
     await inTx(srv as unknown as cds.Service, result)

@@ -10,6 +10,7 @@ import type { Monitor } from './monitor'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
 import { payloadBytes, Slots, type SlotCounts } from './slots'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /** What the holdings need of the runner: where outcomes are written, who hears of them, and its wake-up. */
 export interface HoldingsHost {
@@ -60,6 +61,8 @@ export class Holdings {
   private readonly reservations = new Map<string, Reservation>()
   /** IDs of messages whose handlers were abandoned and may still run: this process knows them until their lease ends. */
   private readonly abandoned = new Set<string>()
+  /** The running slots, for what a pause of their queue hands back (see `handBackQueue`). */
+  private readonly running = new Set<Slot>()
 
   constructor(
     concurrency: number,
@@ -109,7 +112,9 @@ export class Holdings {
       this.held.add(held)
       if (reserved) this.reservations.delete(held.row.ID)
     }
-    return new Slot(queue, claimedBy, entries, bytes)
+    const slot = new Slot(queue, claimedBy, entries, bytes)
+    this.running.add(slot)
+    return slot
   }
 
   /** Logs and writes what one message's attempt came to, and tells its queue's gates and the monitor. */
@@ -162,10 +167,11 @@ export class Holdings {
    * started) is left to its lease: to its gates, like a lost claim, it says nothing about the remote system.
    */
   end(slot: Slot): void {
+    this.running.delete(slot)
     for (const held of slot.entries) {
       held.lease.stop()
       this.held.delete(held)
-      if (!this.ended.has(held)) this.host.gates.settled(slot.queue, { kind: 'lost' })
+      if (!this.ended.has(held)) this.host.gates.settled(slot.tenant, slot.queue, { kind: 'lost' })
     }
     // Also after a reserved message: a pass that found it running skipped planning the next due time, and its handler
     // may have queued a callback.
@@ -184,6 +190,12 @@ export class Holdings {
     } catch (e) {
       LOG.warn(`could not hand back ${rows.length} unstarted messages; they run when their leases expire:`, e)
     }
+  }
+
+  /** `queue` of `tenant` was paused: the messages its slots hold that have not started go back (running ones finish). */
+  async handBackQueue(tenant: Tenant, queue: string): Promise<void> {
+    const slots = [...this.running].filter(slot => slot.tenant === tenant && slot.queue.name === queue)
+    for (const slot of slots) await this.handBackUnstarted(slot, 'its queue was paused')
   }
 
   /** A message claimed at enqueue that cannot run now (its transaction stayed open too long, shutdown) goes back. */
@@ -222,8 +234,8 @@ export class Holdings {
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
         await this.host.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
-            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date())
-            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date())
+            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date(clock.now()))
+            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date(clock.now()))
           })
         )
       }
@@ -257,6 +269,6 @@ export class Holdings {
   /** Logs how a message ended and tells its queue's gates (a circuit breaker counts failures and successes). */
   private tell(slot: Slot, held: Held, outcome: Outcome): void {
     logOutcome(held.row, outcome)
-    this.host.gates.settled(slot.queue, outcome)
+    this.host.gates.settled(slot.tenant, slot.queue, outcome)
   }
 }

@@ -4,6 +4,7 @@ import type { Claim } from '../interfaces'
 import type { QueueStore } from '../store'
 import { runInTenant } from '../tenants/tenants'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /** A failed renewal is retried this soon (or at the regular interval, if that is shorter): the lease must not run out. */
 const RETRY_RENEWAL = 1000
@@ -118,7 +119,7 @@ export class Renewals {
 
   add(lease: Lease): void {
     this.leases.add(lease)
-    if (!this.timer) this.schedule(Math.min(this.interval, (this.heldUntil - Date.now()) / 2))
+    if (!this.timer) this.schedule(Math.min(this.interval, (this.heldUntil - clock.now()) / 2))
   }
 
   /** A handler must stop before its lease runs out, not after another instance took its message over. */
@@ -143,13 +144,13 @@ export class Renewals {
   private async renew(): Promise<void> {
     const leases = [...this.leases]
     let held: Set<string>
-    const until = Date.now() + this.timeout
+    const until = clock.now() + this.timeout
     try {
       // A transaction of its own in the messages' tenant, detached from whichever context the timer fired in.
       held = await runInTenant(this.tenant, () => this.store.renewAll(leases.map(l => l.claim), until))
     } catch (e) {
       this.failures++
-      const left = this.heldUntil - Date.now()
+      const left = this.heldUntil - clock.now()
       if (left <= this.margin) {
         LOG.error(`could not renew the lease of ${describe(leases)} before it ends; aborting the handlers, the messages are taken over:`, e)
         for (const lease of leases) lease.abort(new AttemptAborted(`Message ${lease.claim.ID}: its lease could not be renewed in time`, 'LEASE_LOST'))

@@ -1,13 +1,16 @@
 import cds from '@sap/cds'
+import { setImmediate as yielded } from 'timers/promises'
 import { groupBy } from '../group-by'
 import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
+import { readDatabaseClock } from '../store/database-time'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 import type { Monitor } from './monitor'
 import { describe, type Tenant, type Tenants } from '../tenants/tenants'
 import { detached } from '../telemetry/spans'
+import { clock } from '../time/clock'
 import { LOG } from '../log'
 
 /** What the loop needs of the runner it drives. */
@@ -58,6 +61,8 @@ export class Loop {
   private lastClaimAt = 0
   /** When each tenant was last reconciled (see `reconcile`). */
   private readonly reconciledAt = new Map<Tenant, number>()
+  /** When the database's clock was last read (see `reconcile`): once per poll interval, whatever the tenants. */
+  private clockReadAt = 0
   /** The tenants looked into since the last idle time, with when (for `idle`). */
   private readonly looked = new Map<Tenant, number>()
   private lastClaimSucceededAt: number | undefined
@@ -116,14 +121,15 @@ export class Loop {
     let failed: unknown
     const { tenants } = this.host
     try {
-      await tenants.refresh(Date.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
+      await tenants.refresh(clock.now()).catch(e => LOG.warn('could not read which tenants have messages; next time:', e))
       do {
         this.again = false
-        const round = tenants.round(Date.now())
+        const round = tenants.round(clock.now())
         for (const tenant of round) {
           if (tenants.gone(tenant)) continue // unsubscribed since the round was made: its database is not opened again
           if (tenants.multitenant && !this.indexed.has(tenant)) await this.ensureIndexes(tenant)
           await tenants.run(tenant, () => this.reconcile(tenant)).catch(e => LOG.warn('could not reconcile the queue table with what others wrote; next time:', e))
+          await this.host.gates.refresh(tenant)
         }
         await this.claimWhileFree(round)
       } while (this.again && !this.host.stopping)
@@ -155,12 +161,12 @@ export class Loop {
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
         if (tenants.gone(tenant)) continue
-        this.looked.set(tenant, this.looked.get(tenant) ?? Date.now())
+        this.looked.set(tenant, this.looked.get(tenant) ?? clock.now())
         const share = Math.max(1, Math.floor(slots.free / (active.length - i)))
         const { limit, bytes, full } = slots.claimBounds(this.limits.chunkSize, share)
         // the slots hold `maxClaimBytes` already: a finishing slot wakes the loop again
         if (bytes === 0) return
-        const skip = [...full, ...this.host.gates.shut(this.host.queues.all())]
+        const skip = [...full, ...this.host.gates.shut(tenant, this.host.queues.all())]
         let rows: MessageRow[]
         try {
           rows = await tenants.run(tenant, () => this.claim(limit, bytes, skip))
@@ -169,11 +175,11 @@ export class Loop {
           continue
         }
         tenants.claimed(tenant, rows.length)
-        this.lastClaimSucceededAt = Date.now()
+        this.lastClaimSucceededAt = clock.now()
         // unsubscribed while the claim ran: the rows are gone with the tenant's database, nothing is written there
         if (rows.length === 0 || tenants.gone(tenant)) continue
         this.host.monitor.emit('claimed', { count: rows.length })
-        await tenants.run(tenant, () => this.distribute(rows))
+        await tenants.run(tenant, () => this.distribute(tenant, rows))
         more.push(tenant)
       }
       active = more
@@ -182,21 +188,24 @@ export class Loop {
 
   /**
    * Starts the claimed rows in free slots, spread over them: a batch only when there are more messages than slots,
-   * and never for a gated queue (rate limit, circuit breaker), whose starts are counted one handler call each. Rows
-   * that do not fit go back unstarted (a queue whose limit a claim overshot: its first rows in this process, nothing
-   * bounded the claim yet; what its gate does not let start now), and so does everything not started if starting fails.
+   * and never for a gated queue (paused, rate limit, circuit breaker), whose starts are counted one handler call each
+   * and admitted by its gates first. Rows that do not fit go back unstarted (a queue whose limit a claim overshot: its
+   * first rows in this process, nothing bounded the claim yet; what its gate does not let start now), and so does
+   * everything not started if starting fails.
    */
-  private async distribute(rows: MessageRow[]): Promise<void> {
+  private async distribute(tenant: Tenant, rows: MessageRow[]): Promise<void> {
     const { holdings, queues, gates } = this.host
     const { slots } = holdings
     const started = new Set<MessageRow>()
     try {
       for (const [target, claimed] of groupBy(rows, row => row.target)) {
         const queue = queues.forTarget(target)
-        let allowed = gates.allowance(queue)
+        const gated = gates.gated(tenant, queue)
+        const perSlot = gated ? 1 : this.limits.batchSize
+        let allowed = gated ? await gates.admit(tenant, queue, Math.min(claimed.length, slots.freeFor(queue) * perSlot)) : Infinity
         const start = (batch: MessageRow[]) => {
           this.host.run(queue, batch)
-          gates.started(queue, batch.length)
+          gates.started(tenant, queue)
           allowed -= batch.length
           for (const row of batch) started.add(row)
         }
@@ -206,7 +215,6 @@ export class Loop {
           start([row])
         }
         const free = slots.freeFor(queue)
-        const perSlot = gates.gated(queue) ? 1 : this.limits.batchSize
         const ready = claimed.filter(r => r.interrupted === 0).slice(0, Math.min(free * perSlot, allowed))
         const size = Math.ceil(ready.length / Math.min(free, ready.length))
         for (let i = 0; i < ready.length; i += size) start(ready.slice(i, i + size))
@@ -219,7 +227,7 @@ export class Loop {
 
   private claim(limit: number, bytes: number, skipTargets: string[]): Promise<MessageRow[]> {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
-    const now = (this.lastClaimAt = Math.max(Date.now(), this.lastClaimAt + 1))
+    const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets, bytes))
   }
@@ -236,11 +244,17 @@ export class Loop {
   /**
    * Brings the table's index columns in line with CAP's columns where others wrote them (see NativeStore.reconcile), and
    * hands back rows claimed in this process's name that it holds no record of (a copy of a row re-inserted from a
-   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way).
+   * backup, say): at most once per poll interval, at the start of a pass (no claim of this loop is under way). Reads
+   * the database's clock first (lib/time/clock.ts), in the first tenant reconciled in a poll interval: the tenants'
+   * databases share one server, and the provider's database has no queue table for CQL to read the clock with.
    */
   private async reconcile(tenant: Tenant): Promise<void> {
-    const now = Date.now()
-    if (!this.host.started || now - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    if (!this.host.started || clock.now() - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
+    if (clock.now() - this.clockReadAt >= this.limits.pollInterval) {
+      clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+      this.clockReadAt = clock.now()
+    }
+    const now = clock.now()
     this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
@@ -249,8 +263,25 @@ export class Loop {
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })
+    const held = await this.holdBack()
     if (orphans.length) LOG.info(`handed back ${orphans.length} messages claimed in this process's name that it does not hold (rows restored from a copy?)`)
-    if (changed + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed} rows written by others, handed back ${orphans.length}`)
+    if (changed + held + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed + held} rows written by others, handed back ${orphans.length}`)
+  }
+
+  /**
+   * Holds back every keyed row others wrote behind an earlier message of its key before this pass claims, however
+   * many: a bounded statement per transaction, yielding in between (SQLite's single writer serves the app's own
+   * transactions meanwhile). Held back 1,000 per poll interval, a bulk import of 40,000 stayed in the claim's range
+   * for 39 more intervals, and every claim walked it.
+   */
+  private async holdBack(): Promise<number> {
+    let held = 0
+    for (;;) {
+      const batch = await inOwnTransaction(() => this.host.store.holdBack())
+      held += batch.held
+      if (!batch.more || this.host.stopping) return held
+      await yielded()
+    }
   }
 
   /**
@@ -265,10 +296,10 @@ export class Loop {
     if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
     const looked = [...this.looked]
     this.looked.clear()
-    // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
-    const shut = this.host.gates.shut(this.host.queues.all())
     for (const [tenant, since] of looked) {
       if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
+      // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
+      const shut = this.host.gates.shut(tenant, this.host.queues.all())
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))
         await tenants.settled(tenant, next, since)
@@ -278,7 +309,7 @@ export class Loop {
     }
     const poll = this.limits.pollInterval
     const next = tenants.earliest()
-    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - Date.now()))
+    const delay = next === undefined ? poll : Math.max(0, Math.min(poll, next - clock.now()))
     this.plan(delay)
     if (!failing) this.host.monitor.emit('idle', { next: delay })
   }

@@ -10,7 +10,7 @@ interface ListeningClient {
   connect(): Promise<void>
   query(sql: string): Promise<unknown>
   end(): Promise<void>
-  on(event: 'notification', listener: () => void): void
+  on(event: 'notification', listener: (message: { payload?: string }) => void): void
   on(event: 'error', listener: (error: Error) => void): void
   on(event: 'end', listener: () => void): void
   removeAllListeners(): void
@@ -31,7 +31,8 @@ export class Notifier {
 
   constructor(
     private readonly listen: string,
-    private readonly wake: () => void
+    /** `payload`: what the notification said (none when the runner is woken after a reconnect). */
+    private readonly wake: (payload?: string) => void
   ) {}
 
   start(): void {
@@ -55,7 +56,7 @@ export class Notifier {
       const current = client
       current.on('error', error => this.dropped(current, error))
       current.on('end', () => this.dropped(current))
-      current.on('notification', () => this.wake())
+      current.on('notification', message => this.wake(message.payload))
       await current.connect()
       await current.query(this.listen)
     } catch (e) {

@@ -9,6 +9,7 @@ import { nextRun } from '../time/recurrence'
 import { callbackFor } from './callbacks'
 import type { AttemptAborted } from './lease'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * What an attempt came to, in one place: deciding it from the error, writing it (a success in the handler's own
@@ -35,7 +36,7 @@ export function failed(error: unknown, row: MessageRow, queue: QueueSettings): O
   }
   if (isDeadLetter(attempts, queue)) return { kind: 'dead', error, attempts }
   const asked = retryAfter(error)
-  if (asked?.at !== undefined) return { kind: 'retry', error, attempts, delay: Math.max(0, asked.at - Date.now()), dueAt: new Date(asked.at), retryAfter: true }
+  if (asked?.at !== undefined) return { kind: 'retry', error, attempts, delay: Math.max(0, asked.at - clock.now()), dueAt: new Date(asked.at), retryAfter: true }
   if (asked) return { kind: 'retry', error, attempts, delay: asked.delay, retryAfter: true }
   return { kind: 'retry', error, attempts, delay: backoffDelay(attempts, queue.backoff) }
 }
@@ -47,7 +48,7 @@ export function failed(error: unknown, row: MessageRow, queue: QueueSettings): O
 export function interrupted(outcome: Outcome, signal: AbortSignal): Outcome {
   const code = signal.aborted ? (signal.reason as AttemptAborted | undefined)?.code : undefined
   const notAtFault = code === 'SHUTDOWN' || code === 'HANDED_BACK'
-  return notAtFault && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date() } : outcome
+  return notAtFault && outcome.kind === 'retry' ? { kind: 'deferred', dueAt: new Date(clock.now()) } : outcome
 }
 
 /** Deletes a processed message's row in the handler's transaction; false if the claim was lost meanwhile. */
@@ -70,7 +71,7 @@ export async function succeeded(
   complete: Completion = c => store.complete(c)
 ): Promise<void> {
   const schedule = message.request.queue
-  const next = nextRun(schedule, Date.now(), queue.timezone)
+  const next = nextRun(schedule, clock.now(), queue.timezone)
   const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await complete(claim)
   if (!done) {
     const scheduled = !!row.task || schedule?.every !== undefined
@@ -94,7 +95,7 @@ export async function recordOutcome(
   store: QueueStore
 ): Promise<void> {
   if (outcome.kind === 'succeeded' || outcome.kind === 'lost') return
-  const now = Date.now()
+  const now = clock.now()
   const described = { service: message?.serviceName, event: message?.request.event }
   await inOwnTransaction(async () => {
     if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))

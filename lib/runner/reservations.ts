@@ -2,10 +2,13 @@ import cds from '@sap/cds'
 import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
+import { runInContext } from '../cap/contexts'
+import { stillHeld } from './written'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * Claim at enqueue: while this process has a free slot, a message due now is written already claimed for it and runs
@@ -33,6 +36,8 @@ export interface ReservationHost {
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
+  /** Claims soon: a message given up before the commit is left to the claim. */
+  wake(): void
 }
 
 /** The enqueuing transaction's event context: its outcome decides whether the reserved slot runs or is freed. */
@@ -61,9 +66,9 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.gates.gated(queue) || !host.holdings.reserve(queue, message.ID)) return false
+  if (!host.running || host.gates.gated(cds.context?.tenant, queue) || !host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
-  const claimedAt = Date.now()
+  const claimedAt = clock.now()
   try {
     await host.store.insertClaimed(message, { ID: message.ID, claimedBy, claimedAt }, claimedAt + enqueueLease(queue))
   } catch (e) {
@@ -91,6 +96,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
   let settled = false
   // 'succeeded' is emitted only to commit: without it, 'failed' is a plain rollback
   let committing = false
+  context.before('commit', () => keepStillHeld(host, context, reserved))
   context.before('succeeded', () => void (committing = true))
   context.on('succeeded', () => {
     if (settled) return
@@ -106,6 +112,23 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
     if (committing) return void setImmediate(() => void settleAfterFailure(host, reserved))
     for (const { row } of reserved) host.holdings.unreserve(row.ID)
   })
+}
+
+/**
+ * Before the commit: what the transaction wrote into the rows decides (see written.ts). Messages no longer held as
+ * written give their slots back and are left to the claim; the others run with what their rows say.
+ */
+async function keepStillHeld(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): Promise<void> {
+  let kept: Reserved[] = []
+  try {
+    kept = await runInContext(context, () => stillHeld(host.store, reserved, clock.now()))
+  } catch (e) {
+    // the commit goes on: rows claimed in this process's name that it has no record of are handed back at a poll
+    LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
+  }
+  for (const { row } of reserved.filter(entry => !kept.includes(entry))) host.holdings.unreserve(row.ID)
+  if (kept.length < reserved.length) context.on('succeeded', () => host.wake())
+  reserved.splice(0, reserved.length, ...kept)
 }
 
 async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): Promise<void> {
@@ -135,7 +158,7 @@ function runAfterCommit(host: ReservationHost, row: MessageRow, claimedBy: strin
   // Detached from the committing request, like a claim pass: its handlers get the message's context only.
   setImmediate(() => {
     cds.context = undefined
-    const stale = Date.now() - row.claimedAt > enqueueLease(queue) / 3
+    const stale = clock.now() - row.claimedAt > enqueueLease(queue) / 3
     if (!host.running || stale) void host.holdings.handBackReserved(row, claimedBy)
     else host.run(queue, [row], claimedBy, true)
   })

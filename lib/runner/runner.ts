@@ -7,6 +7,10 @@ import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import type { QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
+import { dialectFor } from '../store/dialect'
+import { inOwnTransaction } from '../store'
+import { QueueControls } from '../controls/queue-controls'
+import { announce } from '../controls/operator'
 import { watchBatchConnections } from './batch-connections'
 import { Gates } from './gates'
 import { Holdings } from './holdings'
@@ -30,8 +34,10 @@ export class Runner {
   readonly monitor = new Monitor()
   /** Its slots and what they hold: the messages they run, claimed at enqueue, abandoned (see holdings.ts). */
   holdings: Holdings
-  /** Rate limits and circuit breakers of the queues, in this process. */
-  readonly gates = new Gates(() => this.wake())
+  /** Pauses, rate limits and circuit breakers of the queues, shared with the other instances (see gates.ts). */
+  readonly gates = new Gates(this)
+  /** The control rows of the queues, as this process knows them (see controls/queue-controls.ts). */
+  readonly controls: QueueControls
   readonly queues: QueueRegistry
   /** The tenants whose messages this process runs (one database where the app is not multitenant). */
   readonly tenants: Tenants
@@ -52,6 +58,24 @@ export class Runner {
     this.tenants = new Tenants(register, settings.runner.pollInterval, tenant => this.holdings.abandonTenant(tenant))
     this.holdings = new Holdings(concurrency, batchSize, maxClaimBytes, this)
     this.loop = new Loop(this, settings.runner)
+    this.controls = new QueueControls(settings.appid, settings.runner.pollInterval, {
+      inTenant: (tenant, fn) => this.inTenant(tenant, fn),
+      paused: (tenant, queue) => void this.holdings.handBackQueue(tenant, queue)
+    })
+  }
+
+  get appid(): string | undefined {
+    return this.settings.appid
+  }
+
+  /** Runs `fn` in a transaction of its own in `tenant`'s database, as the privileged runner. */
+  inTenant<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T> {
+    return this.tenants.run(tenant, () => inOwnTransaction(fn))
+  }
+
+  /** Tells the other instances that a queue's control row changed, on commit of the current transaction. */
+  async announce(): Promise<void> {
+    if (this.store.listenStatement) await announce(cds.db)
   }
 
   /** The store needs the database, known only once `cds.db` is connected (see store/choose.ts). */
@@ -114,7 +138,11 @@ export class Runner {
     if (this.stopping || !this.started) return
     const listen = this.store.listenStatement
     if (listen) {
-      this.notifier = new Notifier(listen, () => this.wake())
+      const controls = dialectFor(cds.db.kind).wakeUp?.controls.payload
+      this.notifier = new Notifier(listen, payload => {
+        if (payload === controls) this.controls.stale()
+        this.wake()
+      })
       this.notifier.start()
     }
     LOG._debug && LOG.debug(`runner ${this.owner} started`)

@@ -1,4 +1,5 @@
 import type { Result } from '../cap/drivers'
+import { afterBegin, transactionOfContext } from '../cap/transactions'
 import { postgres } from './postgres'
 import { sqlite } from './sqlite'
 
@@ -16,6 +17,8 @@ export interface Dialect {
    * into a Date in the process's local zone, which is wrong by the zone's offset unless TZ is UTC.
    */
   isoText(column: string): string
+  /** The database's clock now, in UTC, to the millisecond (not the transaction's start); see lib/time/clock.ts. */
+  readonly now: string
   /** `value` (a placeholder or a text literal) as a timestamp, where SQL cannot infer it (the branches of a CASE). */
   timestamp(value: string): string
   /** How other processes learn of new messages at once; undefined where they can only poll. */
@@ -35,6 +38,12 @@ export interface Dialect {
   indexesOf(table: string): string
   /** Lease renewals run on a connection of the runner's own (see SideConnection), not on a pooled one. */
   readonly renewsOutsideThePool: boolean
+  /**
+   * A statement that takes the database's write lock in a transaction that has not written yet, where one that read
+   * first cannot write any more once another connection committed (SQLite in WAL mode: SQLITE_BUSY_SNAPSHOT); see
+   * `lockWhenBegun`. Undefined where row locks serve (PostgreSQL).
+   */
+  readonly writeLock?: string
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */
@@ -43,6 +52,20 @@ export interface WakeUp {
   readonly signal: string
   /** Run once on a dedicated connection to receive the signals. */
   readonly listen: string
+  /** Run in a transaction that changed a queue's control row (a pause, a breaker): listeners read the rows again. */
+  readonly controls: { signal: string; payload: string }
+}
+
+/**
+ * The current transaction, a handler's that has not begun, takes `dialect`'s write lock as it begins, before its
+ * first statement (where the dialect has one): a writer beside it (the CLI, another process on the SQLite file) then
+ * waits for its commit, up to its busy timeout, instead of making the handler's first write fail after it read, which
+ * would count an attempt and run the handler again.
+ */
+export function lockWhenBegun(dialect: Dialect | undefined): void {
+  const lock = dialect?.writeLock
+  const tx = lock ? transactionOfContext() : undefined
+  if (lock && tx && !tx.ready) afterBegin(tx, async begun => void (await dialect!.execute(begun.dbc, lock, [], false)))
 }
 
 export function dialectFor(kind: string | undefined): Dialect {

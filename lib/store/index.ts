@@ -7,7 +7,7 @@ import cds from '@sap/cds'
  */
 
 export type { DatabaseTransaction } from '../cap/transactions'
-export type { BatchingStore, QueueStore, Savepointed } from './queue-store'
+export type { BatchingStore, HeldBack, QueueStore, Savepointed } from './queue-store'
 
 /** Runs `fn` in a new transaction of its own (claims, outcomes), detached from any caller's transaction. */
 export function inOwnTransaction<T>(fn: () => Promise<T>): Promise<T> {

@@ -2,6 +2,8 @@
  * Keyed messages run in `timestamp` order, and some databases keep less of it through CQL than the codec writes
  * (@cap-js/sqlite stores milliseconds; the codec counts microseconds within one): a keyed message enqueued in the
  * same millisecond as the previous one of its key gets the next millisecond, so its order survives any precision.
+ * Only messages of the present, as in the codec: a delayed message takes its place at its due time, and a message
+ * enqueued after it but due before it must not be moved behind it.
  */
 export class KeyClock {
   /** The last millisecond given to each key, for the present only (see `prune`). */
@@ -17,6 +19,7 @@ export class KeyClock {
 
   /** The epoch milliseconds a message of `key` stamped `ms` is written with; `now`: the present (epoch ms). */
   next(key: string, ms: number, now: number): number {
+    if (ms > now) return ms
     this.prune(now)
     const last = this.issued.get(key)
     const at = last !== undefined && ms <= last ? last + 1 : ms

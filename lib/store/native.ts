@@ -3,16 +3,17 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import { dialectFor, type Dialect } from './dialect'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
-import { distinctKeys, iso, messageRow, millis, newRow, type RawRow } from './rows'
-import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type Fragment, type Retentions, type TaskRow } from './rules'
+import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
+import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions, type TaskRow } from './rules'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
-import type { BatchingStore, Savepointed } from './queue-store'
+import type { BatchingStore, HeldBack, Savepointed } from './queue-store'
 import { inOwnTransaction } from './index'
+import { clock } from '../time/clock'
 
 /** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
 const RECONCILE_BATCH = 1000
@@ -270,7 +271,7 @@ export class NativeStore implements BatchingStore {
    * PostgreSQL on the runner's own connection: the handler slots may hold every pooled one); the IDs still held.
    */
   async renewAll(claims: Claim[], until: number): Promise<Set<string>> {
-    const { sql, params } = statements.renew(claims, until, Date.now())
+    const { sql, params } = statements.renew(claims, until, clock.now())
     const rows = this.side
       ? (await this.side.run(this.dialect.prepare(sql), params)).rows
       : await inOwnTransaction(() => this.rows<Record<string, unknown>>({ sql, params }))
@@ -285,7 +286,8 @@ export class NativeStore implements BatchingStore {
   /**
    * Brings the plugin's index columns in line with CAP's columns where others wrote them (see rules.ts): dead letters
    * with attempts below their queue's limit again become due; rows another writer released lose their claim; rows
-   * another runner holds get a lease of `timeout`. The number of rows changed.
+   * another runner holds get a lease of `timeout`; held-back rows whose key has no earlier message any more become due.
+   * The number of rows changed. Keyed rows others wrote are held back by `holdBack`.
    */
   async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
     const { skipLocked } = this.dialect
@@ -293,11 +295,19 @@ export class NativeStore implements BatchingStore {
     changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
     changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
-    changed += await this.changes(statements.park(this.own, this.ownE, skipLocked, RECONCILE_BATCH))
     changed += await this.promoteOrphans()
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /**
+   * Holds back keyed rows others wrote behind an earlier message of their key, at most `RECONCILE_BATCH` (see
+   * `QueueStore.holdBack`).
+   */
+  async holdBack(): Promise<HeldBack> {
+    const held = await this.changes(statements.park(this.own, this.ownE, this.dialect.skipLocked, RECONCILE_BATCH))
+    return { held, more: held === RECONCILE_BATCH }
   }
 
   /**
@@ -310,6 +320,16 @@ export class NativeStore implements BatchingStore {
     this.parkedAfter = keys.length === RECONCILE_BATCH ? keys[keys.length - 1].key : ''
     const firsts = keys.map(k => k.first).filter((ID): ID is string => !!ID)
     return firsts.length ? this.changes(statements.unpark(firsts)) : 0
+  }
+
+  /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */
+  async rowStates(IDs: string[]): Promise<RowState[]> {
+    return (await this.rows<Record<string, unknown>>(statements.rowStates(this.dialect, IDs))).map(rowState)
+  }
+
+  /** Gives up the row `claim` holds, its index written as `index` says; false if the claim did not hold it. */
+  async reindex(claim: Claim, index: ClaimIndex): Promise<boolean> {
+    return (await this.changes(statements.reindex(claim, index))) === 1
   }
 
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
@@ -335,7 +355,14 @@ export class NativeStore implements BatchingStore {
   sharedTransaction(): DatabaseTransaction {
     const tx = transactionOfContext()
     if (!tx) throw new Error('cds-event-queues: a batch of messages needs an open database transaction')
+    // its handlers read and write like one message's (see `lockOnBegin`)
+    lockWhenBegun(this.dialect)
     return tx
+  }
+
+  /** See `QueueStore.lockOnBegin`: SQLite's write lock, taken by the dialect's statement. */
+  lockOnBegin(): void {
+    lockWhenBegun(this.dialect)
   }
 
   /**

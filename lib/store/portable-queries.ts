@@ -1,6 +1,6 @@
 import type { Claim, NewMessage } from '../interfaces'
 import { iso, newRow } from './rows'
-import { deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -219,6 +219,16 @@ export function renew(claims: Claim[], until: number, now: number): Query {
   return whileHeld({ dueAt: iso(until), lastAttemptTimestamp: iso(now) }, claims)
 }
 
+/** CAP's columns and the claim of the rows `IDs` (see `RowState`). */
+export function rowStates(IDs: string[]): Query {
+  return SELECT.from(ENTITY).columns('ID', 'status', 'attempts', 'lastError', 'lastAttemptTimestamp', 'timestamp', 'claimedBy', 'claimedAt').where(inList('ID', IDs))
+}
+
+/** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
+export function reindex(claim: Claim, { claimedBy, claimedAt, dueAt }: ClaimIndex): Query {
+  return whileHeld({ claimedBy, claimedAt: claimedAt === null ? null : iso(claimedAt), dueAt: iso(dueAt) }, [claim])
+}
+
 /** The IDs of `claims` their claim still holds. */
 export function held(claims: Claim[]): Query {
   return SELECT.from(ENTITY).columns('ID').where(heldByCqn(claims))
@@ -324,6 +334,7 @@ export function ping(): Query {
 
 /**
  * Dead letters of this app past their retention (`expired`): both CAP's columns and the claim's index mark them dead
- * (not due, no runner holds them), so a row being revived is not one.
+ * (not due, no runner holds them), so a row being revived is not one; one that blocks its ordering key stays.
  */
-export const expiredDeadLetters = (own: Cqn, limits: AttemptLimits, expired: Cqn): Cqn => all(own, isNull('dueAt'), isNull('status'), deadLettersCqn(limits), expired)
+export const expiredDeadLetters = (own: Cqn, limits: AttemptLimits, expired: Cqn): Cqn =>
+  all(own, isNull('dueAt'), isNull('status'), BLOCKS_NOTHING.cqn, deadLettersCqn(limits), expired)

@@ -1,16 +1,17 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import type { Dialect } from './dialect'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import { lockWhenBegun, type Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
 import { KeyClock } from './key-clock'
-import { distinctKeys, iso, messageRow, millis } from './rows'
-import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type Retentions, type TaskRow } from './rules'
+import { distinctKeys, iso, messageRow, millis, rowState } from './rows'
+import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Retentions, type TaskRow } from './rules'
 import * as q from './portable-queries'
 import type { Candidate, ClaimRow, Cqn } from './portable-queries'
-import type { QueueStore } from './queue-store'
+import type { HeldBack, QueueStore } from './queue-store'
 import type { Described } from './statements'
+import { clock } from '../time/clock'
 
 /**
  * The portable store: the same statements as the native store (native.ts), in CQL through the current transaction,
@@ -46,7 +47,7 @@ export class PortableStore implements QueueStore {
 
   constructor(
     private readonly appid: string | undefined,
-    /** The native dialect where the database has one: only to create the claim's indexes at start. */
+    /** The native dialect where the database has one: to create the claim's indexes at start, and SQLite's write lock. */
     private readonly indexes?: Dialect
   ) {
     this.own = ownRowsCqn(appid)
@@ -186,6 +187,14 @@ export class PortableStore implements QueueStore {
     if (claims.length) await q.interrupt(claims)
   }
 
+  async rowStates(IDs: string[]): Promise<RowState[]> {
+    return ((await q.rowStates(IDs)) as Record<string, unknown>[]).map(rowState)
+  }
+
+  async reindex(claim: Claim, index: ClaimIndex): Promise<boolean> {
+    return Number(await q.reindex(claim, index)) === 1
+  }
+
   async held(claims: Claim[]): Promise<Set<string>> {
     const held = new Set<string>()
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
@@ -200,7 +209,7 @@ export class PortableStore implements QueueStore {
    */
   renewAll(claims: Claim[], until: number): Promise<Set<string>> {
     return inOwnTransaction(async () => {
-      const renewed = Number(await q.renew(claims, until, Date.now()))
+      const renewed = Number(await q.renew(claims, until, clock.now()))
       // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
       if (renewed === claims.length) return new Set(claims.map(c => c.ID))
       if (renewed === 0) return new Set<string>()
@@ -210,6 +219,11 @@ export class PortableStore implements QueueStore {
 
   /** Nothing of its own to close: every statement runs on CAP's pooled connections. */
   async close(): Promise<void> {}
+
+  /** On SQLite with the native dialect's statement: CQL has no way to take a lock without a row. */
+  lockOnBegin(): void {
+    lockWhenBegun(this.indexes)
+  }
 
   async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
     const distinct = distinctKeys(keys)
@@ -225,6 +239,11 @@ export class PortableStore implements QueueStore {
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
     return changed
+  }
+
+  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key. */
+  async holdBack(): Promise<HeldBack> {
+    return { held: 0, more: false }
   }
 
   /** Updates the rows `where` selects, each with what `set` gives it (rows alike together, a chunk of IDs at a time). */
@@ -320,6 +339,6 @@ function ordered(message: NewMessage): NewMessage {
   const key = message.orderingKey
   if (key === undefined) return message
   const ms = Date.parse(message.timestamp)
-  const at = keyClock.next(key, ms, Date.now())
+  const at = keyClock.next(key, ms, clock.now())
   return at === ms ? message : { ...message, timestamp: new Date(at).toISOString().replace('Z', '0000Z') }
 }

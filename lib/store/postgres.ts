@@ -6,6 +6,8 @@ const KEY_LOCK_SPACE = 0x0e0e
 
 /** The channel enqueuers notify and runners listen on. */
 const WAKE_CHANNEL = 'cds_event_queues'
+/** The payload of a notification that a queue's control row changed (see controls/queue-controls.ts). */
+const CONTROLS_PAYLOAD = 'controls'
 
 export const postgres: Dialect = {
   prepare: sql => {
@@ -15,12 +17,15 @@ export const postgres: Dialect = {
   skipLocked: 'FOR UPDATE SKIP LOCKED',
   // Timestamps are written as UTC ISO strings into TIMESTAMP columns (zone dropped), so they read back as UTC.
   isoText: column => `to_char(${column}, 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
+  // now() is the transaction's start; the columns hold UTC without a zone
+  now: "(clock_timestamp() AT TIME ZONE 'UTC')",
   // A parameter as the value of a CASE has no type (text at best), which a TIMESTAMP column does not take.
   timestamp: value => `CAST(${value} AS TIMESTAMP)`,
   // A constant payload: PostgreSQL folds identical notifications of one transaction into one.
   wakeUp: {
     signal: `SELECT pg_notify('${WAKE_CHANNEL}', '')`,
-    listen: `LISTEN ${WAKE_CHANNEL}`
+    listen: `LISTEN ${WAKE_CHANNEL}`,
+    controls: { signal: `SELECT pg_notify('${WAKE_CHANNEL}', '${CONTROLS_PAYLOAD}')`, payload: CONTROLS_PAYLOAD }
   },
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.

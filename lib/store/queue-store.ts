@@ -1,6 +1,6 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot } from '../interfaces'
-import type { AttemptLimits, Retentions } from './rules'
+import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, RowState } from '../interfaces'
+import type { AttemptLimits, ClaimIndex, Retentions } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -50,12 +50,22 @@ export interface QueueStore {
   release(claims: Claim[], dueAt?: Date, alone?: boolean): Promise<number>
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
   interrupt(claims: Claim[]): Promise<void>
+  /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */
+  rowStates(IDs: string[]): Promise<RowState[]>
+  /** Gives up the row `claim` holds, its index written as `index` says; false if the claim did not hold it. */
+  reindex(claim: Claim, index: ClaimIndex): Promise<boolean>
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
   held(claims: Claim[]): Promise<Set<string>>
   /** Moves the leases of `claims` (of one claim) to `until`, in a transaction of its own; the IDs of those still held. */
   renewAll(claims: Claim[], until: number): Promise<Set<string>>
   /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
   reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
+  /**
+   * Holds back keyed rows others wrote (CAP's runner, scripts, a bulk import) behind an earlier message of their key,
+   * so claims never read them: a bounded number in the current transaction, and whether more may be left (the caller
+   * goes on in a transaction of its own, until none is).
+   */
+  holdBack(): Promise<HeldBack>
   /** The claims held in the names `owners` according to the table. */
   claimsOf(owners: string[]): Promise<Claim[]>
   /**
@@ -79,6 +89,17 @@ export interface QueueStore {
   ensureIndexes(): Promise<void>
   /** Closes what the store opened of its own. */
   close(): Promise<void>
+  /**
+   * The current transaction, not begun yet, runs a handler and then completes its message: where the database has
+   * one writer and snapshots (SQLite), it takes the write lock as it begins (see `lockWhenBegun` in dialect.ts).
+   */
+  lockOnBegin(): void
+}
+
+/** What one `holdBack` did: the rows it held back, and whether more may be waiting for it. */
+export interface HeldBack {
+  held: number
+  more: boolean
 }
 
 /** One message's part of a transaction several messages share (see `BatchingStore.savepointed`). */

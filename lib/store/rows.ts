@@ -1,4 +1,4 @@
-import type { Claim, MessageRow, NewMessage } from '../interfaces'
+import type { Claim, MessageRow, NewMessage, RowState } from '../interfaces'
 
 /** Decoding rows as the drivers return them. */
 
@@ -40,4 +40,18 @@ export function newRow(message: NewMessage, appid: string | null, claim?: Claim,
 /** The ordering keys among `keys`, each once (rows without one have none to promote). */
 export function distinctKeys(keys: (string | null | undefined)[]): string[] {
   return [...new Set(keys.filter((k): k is string => typeof k === 'string'))]
+}
+
+/** A `RowState` from a row as either store reads it (timestamps as ISO text). */
+export function rowState(raw: Record<string, unknown>): RowState {
+  return {
+    ID: raw.ID as string,
+    status: (raw.status as string | null) ?? null,
+    attempts: Number(raw.attempts ?? 0),
+    lastError: (raw.lastError as string | null) ?? null,
+    lastAttemptTimestamp: millis(raw.lastAttemptTimestamp),
+    timestamp: millis(raw.timestamp),
+    claimedBy: (raw.claimedBy as string | null) ?? null,
+    claimedAt: millis(raw.claimedAt)
+  }
 }

@@ -25,6 +25,24 @@ export const PROCESSING = 'processing'
  */
 export const FOREIGN_CLAIM = 'another queue runner'
 
+/** What the claim's index says of a row: who holds it (null: nobody), since when, and when it may be claimed next. */
+export interface ClaimIndex {
+  claimedBy: string | null
+  claimedAt: number | null
+  dueAt: number
+}
+
+/**
+ * The index of a row whose CAP columns someone else wrote, read at `now` (the reconciliation's rules, for one row
+ * whose `lastAttemptTimestamp` is known): nobody holds it while its `status` is null, so it is due; otherwise another
+ * runner holds it until its last attempt is `timeout` old (CAP's rule; from `now` without one), then it is due.
+ */
+export function indexOfWritten(status: string | null, lastAttemptTimestamp: number, timeout: number, now: number): ClaimIndex {
+  if (status === null) return { claimedBy: null, claimedAt: null, dueAt: now }
+  const until = Number.isNaN(lastAttemptTimestamp) ? now + timeout : lastAttemptTimestamp + timeout
+  return { claimedBy: FOREIGN_CLAIM, claimedAt: now, dueAt: Math.max(now, until) }
+}
+
 /** A piece of SQL with its parameters. */
 export interface Fragment {
   sql: string
@@ -186,6 +204,13 @@ export function expiredCqn({ byRetention, otherwise }: Retentions, now: number):
   const lastTouched = { func: 'coalesce', args: [ref('lastAttemptTimestamp'), ref('timestamp')] }
   return perTargetCqn(byRetention, otherwise, retention => (retention === undefined ? undefined : [lastTouched, '<', val(iso(now - retention))]))
 }
+
+/**
+ * A dead letter that blocks nothing: unkeyed, or one that left its key (`orderingOnDeadLetter: 'continue'`). One that
+ * keeps its key (`'block'`) holds the key's later messages back until an operator revives or deletes it, so the
+ * retention never removes it: they would run with no operator decision.
+ */
+export const BLOCKS_NOTHING: { sql: string; cqn: Cqn } = { sql: 'orderingKey IS NULL', cqn: { xpr: [ref('orderingKey'), 'is', 'null'] } }
 
 /** How the store marks a dead letter for its claim: no due time, so no claim ever takes it. */
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const

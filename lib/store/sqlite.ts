@@ -1,5 +1,6 @@
 import { executeOnSqlite } from '../cap/drivers'
 import type { Dialect } from './dialect'
+import { TABLE } from './rules'
 
 export const sqlite: Dialect = {
   prepare: sql => sql,
@@ -7,8 +8,12 @@ export const sqlite: Dialect = {
   skipLocked: '',
   // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
   isoText: column => column,
+  // the format the store writes timestamps in; CURRENT_TIMESTAMP has whole seconds only
+  now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
   timestamp: value => value,
   indexesOf: table => `SELECT name AS "name" FROM sqlite_master WHERE type = 'index' AND tbl_name = '${table}'`,
   renewsOutsideThePool: false,
+  // a write that changes nothing: BEGIN IMMEDIATE within the transaction CAP began (deferred)
+  writeLock: `UPDATE ${TABLE} SET ID = ID WHERE 1 = 0`,
   execute: executeOnSqlite
 }

@@ -1,7 +1,7 @@
 import type { Claim, NewMessage } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type Fragment } from './rules'
+import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -108,8 +108,8 @@ export function promoteNext(keys: string[], ownF: Fragment): Fragment {
 
 /**
  * Reconciliation: holds back messages others wrote (CAP's runner, scripts, CQL handlers on the table) behind an
- * earlier message of their key, at most `limit` per pass. Only rows never attempted: their due time is their
- * `timestamp`, which `promoteNext` restores.
+ * earlier message of their key, at most `limit` (see `NativeStore.holdBack`). Only rows never attempted: their due
+ * time is their `timestamp`, which `promoteNext` restores.
  */
 export function park(own: Fragment, ownE: Fragment, skipLocked: string, limit: number): Fragment {
   const first = firstOfItsKey(ownE)
@@ -246,6 +246,23 @@ export function keysRunningElsewhere(ownE: Fragment, owner: string, claimedAt: s
 function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
   const held = heldBy(claims)
   return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
+}
+
+/** CAP's columns and the claim of the rows `IDs` (see `RowState`). */
+export function rowStates(dialect: Dialect, IDs: string[]): Fragment {
+  return {
+    sql: `SELECT ID AS "ID", status AS "status", attempts AS "attempts", lastError AS "lastError",
+        ${dialect.isoText('lastAttemptTimestamp')} AS "lastAttemptTimestamp", ${dialect.isoText('timestamp')} AS "timestamp",
+        claimedBy AS "claimedBy", ${dialect.isoText('claimedAt')} AS "claimedAt"
+      FROM ${TABLE} WHERE ID IN (${IDs.map(() => '?').join(', ')})`,
+    params: IDs
+  }
+}
+
+/** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
+export function reindex(claim: Claim, index: ClaimIndex): Fragment {
+  const { claimedBy, claimedAt, dueAt } = index
+  return whileHeld('claimedBy = ?, claimedAt = ?, dueAt = ?', [claimedBy, claimedAt === null ? null : iso(claimedAt), iso(dueAt)], [claim])
 }
 
 /** Counts an interruption of `claims` now, for the one their takeover will find (see `claim`). */
@@ -390,7 +407,8 @@ export function queueStatistics(dialect: Dialect, own: Fragment, limits: Attempt
 /**
  * Deletes up to `limit` of this app's dead letters past their queue's retention (`expired`), reading back what it
  * deleted. Rows another transaction holds (a revive in progress, another instance's cleanup) are skipped, not waited
- * for, and only rows both CAP's columns and the claim's index mark as dead go (a row being revived is neither). The
+ * for, only rows both CAP's columns and the claim's index mark as dead go (a row being revived is neither), and a
+ * dead letter that blocks its ordering key stays (see `BLOCKS_NOTHING`). The
  * rows are chosen once, in a materialized CTE: PostgreSQL may evaluate `IN (SELECT … LIMIT n)` more than once in a
  * DELETE, and then deletes more than `limit` rows (measured: 880 of a batch of 500).
  */
@@ -398,7 +416,7 @@ export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, e
   const dead = deadLettersSql(limits)
   return {
     sql: `WITH doomed AS MATERIALIZED (SELECT ID FROM ${TABLE} WHERE ${own.sql} AND ${NOT_DUE.sql} AND status IS NULL
-        AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
+        AND ${BLOCKS_NOTHING.sql} AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
       DELETE FROM ${TABLE} WHERE ID IN (SELECT ID FROM doomed)
       RETURNING ID AS "ID", target AS "target", service AS "service", event AS "event"`,
     params: [...own.params, ...dead.params, ...expired.params, limit]

@@ -17,6 +17,9 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
 /** The queue statistics the gauges report: one entry per tenant this process serves (`tenant` undefined: no tenants). */
 export type QueueObservations = () => Promise<{ tenant: string | undefined; queues: QueueSnapshot[] }[]>
 
+/** Every state of a circuit breaker: its gauge reports each, 1 for the current one (a state set). */
+const BREAKER_STATES = ['closed', 'open', 'probing'] as const
+
 /** A failed operation: `error.type` names its error. */
 export interface Failure {
   error: unknown
@@ -31,6 +34,8 @@ class Instruments {
   readonly deleted: Counter
   private readonly messages: ObservableGauge
   private readonly relayLag: ObservableGauge
+  private readonly paused: ObservableGauge
+  private readonly breaker: ObservableGauge
 
   constructor(private readonly meter: Meter) {
     this.sent = meter.createCounter(METRIC.sent, { description: 'Messages written to a queue (at enqueue, in the caller\'s transaction).', unit: '{message}' })
@@ -43,12 +48,18 @@ class Instruments {
     this.deleted = meter.createCounter(METRIC.deleted, { description: 'Dead letters deleted after their queue\'s deadLetterRetention.', unit: '{message}' })
     this.messages = meter.createObservableGauge(METRIC.messages, { description: 'Messages of a queue by state (pending, processing, dead), as of the last statistics query.', unit: '{message}' })
     this.relayLag = meter.createObservableGauge(METRIC.relayLag, { description: 'How long the oldest due message of a queue has been waiting, as of the last statistics query.', unit: 's' })
-    meter.addBatchObservableCallback(this.observe, [this.messages, this.relayLag])
+    this.paused = meter.createObservableGauge(METRIC.paused, { description: 'Whether an operator paused the queue (1) or not (0), as of the last statistics query.', unit: '1' })
+    this.breaker = meter.createObservableGauge(METRIC.breaker, { description: 'The state of the queue\'s circuit breaker: 1 for the state it is in, 0 for the others, as of the last statistics query.', unit: '1' })
+    meter.addBatchObservableCallback(this.observe, this.gauges)
+  }
+
+  private get gauges(): ObservableGauge[] {
+    return [this.messages, this.relayLag, this.paused, this.breaker]
   }
 
   /** No more observations on this provider's meter: the app registered another one. */
   close(): void {
-    this.meter.removeBatchObservableCallback(this.observe, [this.messages, this.relayLag])
+    this.meter.removeBatchObservableCallback(this.observe, this.gauges)
   }
 
   private readonly observe = async (result: BatchObservableResult): Promise<void> => {
@@ -66,6 +77,9 @@ class Instruments {
         result.observe(this.messages, q.processing, { ...attributes, [ATTR.state]: 'processing' })
         result.observe(this.messages, q.dead, { ...attributes, [ATTR.state]: 'dead' })
         result.observe(this.relayLag, q.relayLag, attributes)
+        result.observe(this.paused, q.paused ? 1 : 0, attributes)
+        const breaker = q.breaker
+        if (breaker) for (const state of BREAKER_STATES) result.observe(this.breaker, state === breaker ? 1 : 0, { ...attributes, [ATTR.breakerState]: state })
       }
     }
   }

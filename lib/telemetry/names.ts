@@ -18,7 +18,8 @@ export const ATTR = {
   messageId: 'messaging.message.id',
   errorType: 'error.type',
   tenant: 'sap.tenancy.tenant_id',
-  state: 'cds_event_queues.message.state'
+  state: 'cds_event_queues.message.state',
+  breakerState: 'cds_event_queues.circuit_breaker.state'
 } as const
 
 export const METRIC = {
@@ -27,6 +28,8 @@ export const METRIC = {
   processDuration: 'messaging.process.duration',
   messages: 'cds_event_queues.messages',
   relayLag: 'cds_event_queues.relay_lag',
+  paused: 'cds_event_queues.paused',
+  breaker: 'cds_event_queues.circuit_breaker',
   deleted: 'cds_event_queues.dead_letters.deleted'
 } as const
 

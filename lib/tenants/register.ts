@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { insertIntoMetaTenant } from '../cap/mtxs'
 import { ENTITY } from '../store/rules'
+import { clock } from '../time/clock'
 
 /** The `target` of a marker row: no queue has this name, so no runner ever dispatches one. */
 const MARKER = 'cds-event-queues/tenant'
@@ -31,7 +32,7 @@ export class TenantRegister {
 
   /** Makes sure `tenant`'s marker exists (call before the transaction that enqueued commits). */
   async mark(tenant: string): Promise<void> {
-    const now = Date.now()
+    const now = clock.now()
     const last = this.written.get(tenant)
     if (last !== undefined && now - last < this.refresh) return
     const ID = this.markerID(tenant)

@@ -4,6 +4,7 @@ import { onSubscriptions, subscribedTenants } from '../cap/mtxs'
 import { QueueError } from '../errors'
 import { LOG } from '../log'
 import type { TenantRegister } from './register'
+import { clock } from '../time/clock'
 
 /** A tenant's messages live in its own database; `undefined` is the app's one database (single tenant). */
 export type Tenant = string | undefined
@@ -131,7 +132,7 @@ export class Tenants {
   claimed(tenant: Tenant, count: number): void {
     const failed = this.failures.get(tenant)
     if (failed && this.failures.delete(tenant)) LOG.info(`database reachable again after ${failed.count} failed claims (${describe(tenant)})`)
-    if (count > 0) this.served.set(tenant, Date.now())
+    if (count > 0) this.served.set(tenant, clock.now())
     else this.wanted.delete(tenant)
   }
 
@@ -139,7 +140,7 @@ export class Tenants {
   claimFailed(tenant: Tenant, error: unknown): void {
     const count = (this.failures.get(tenant)?.count ?? 0) + 1
     const delay = Math.min(MAX_TENANT_BACKOFF, 100 * 2 ** count)
-    this.failures.set(tenant, { count, retryAt: Date.now() + delay })
+    this.failures.set(tenant, { count, retryAt: clock.now() + delay })
     const log = count === 1 ? LOG.error : LOG.warn
     log(`claiming messages in ${describe(tenant)} failed (${count}x), retrying in ${delay} ms:`, error)
   }
@@ -177,7 +178,7 @@ export class Tenants {
   private async readSubscriptions(): Promise<void> {
     const readAt = Date.now()
     const tenants = await subscribedTenants()
-    this.subscriptionsReadAt = Date.now()
+    this.subscriptionsReadAt = clock.now()
     for (const tenant of [...this.subscribed]) if (!tenants.includes(tenant)) this.drop(tenant)
     for (const tenant of tenants) {
       // listed while its unsubscribe ran here, or after: still gone; listed by a read begun after it ended: subscribed again (elsewhere)

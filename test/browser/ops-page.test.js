@@ -224,6 +224,42 @@ describe('the ops page in headless Chromium', () => {
     }
   })
 
+  test('Pause asks first, then holds the queue in every instance, shown as paused by the operator; Resume runs its messages', async () => {
+    const accept = dialog => dialog.accept()
+    page.on('dialog', accept)
+    // clicked inside the page: the table is rendered anew every few seconds, a node found before may be gone by the click
+    const click = async action => {
+      const selector = `#queues tr[data-queue="queue"] button[data-control="${action}"]`
+      await page.waitForSelector(selector).catch(async e => {
+        throw new Error(`${e.message}: the queues are ${await page.$eval('#queues tbody', t => t.innerHTML)}`)
+      })
+      await page.$eval(selector, button => button.click())
+    }
+    const state = () => page.$eval('#queues tr[data-queue="queue"] [data-field="state"]', e => e.textContent)
+    const says = text => page.waitForFunction(t => document.getElementById('status').textContent === t, {}, text).catch(async e => {
+      throw new Error(`${e.message}: the page says "${await page.$eval('#status', s => s.textContent)}"`)
+    })
+    try {
+      await click('pause')
+      await says('Paused queue: its messages wait until it is resumed.')
+      expect(await state()).toMatch(/^Paused by ops since /)
+      expect(await page.$eval('#queues tr[data-queue="queue"] [data-field="relayLag"]', e => e.textContent)).toMatch(/\(paused\)$/)
+      target.on('tick', () => void calls.push('tick'))
+      const waiting = await enqueue(target, 'tick')
+      await cds.flush()
+      expect(calls).not.toContain('tick')
+      expect(await row(waiting)).toMatchObject({ attempts: 0, status: null })
+
+      await click('resume')
+      await says('Resumed queue: its messages run again.')
+      await waitFor(async () => !(await row(waiting)), { what: 'the resumed queue to run its message' })
+      expect(calls).toContain('tick')
+      expect(await state()).toBe('Running')
+    } finally {
+      page.off('dialog', accept)
+    }
+  })
+
   test('users without the operator role get 403 in the browser, anonymous requests a login (401), as from the operator service', async () => {
     // A context each: a browser context keeps the credentials it once sent.
     const asClerk = await chromium.browser.createBrowserContext()

@@ -6,7 +6,8 @@
  * Fault suites shape the handler through the environment: HANDLER_MS (it waits this long before writing; it stops
  * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
  * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call),
- * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile).
+ * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile),
+ * REMOTE_URL (where the `call` handler sends its request).
  */
 const fs = require('fs')
 const path = require('path')
@@ -41,6 +42,12 @@ cds.on('served', async () => {
     await pause(Number(slow ? SLOW_MS : HANDLER_MS), req.queue.signal)
     await insertRecord('handled', req.queue.messageId, process.env.INSTANCE)
   })
+  // A remote system's client (REMOTE_URL, a server of the test on 127.0.0.1): one POST per attempt, saying who calls
+  srv.on('call', async req => {
+    const body = JSON.stringify({ n: req.data.n, attempt: req.queue.attempt, instance: process.env.INSTANCE })
+    const res = await fetch(process.env.REMOTE_URL, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    if (!res.ok) throw new Error(`the remote system answered ${res.status}`)
+  })
   // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which sequence number of which key,
   // from when to when (epoch ms with microseconds, comparable across processes on one machine).
   srv.on('ordered', async req => {
@@ -51,10 +58,26 @@ cds.on('served', async () => {
     await insertRecord('ordered', req.data.key, note)
   })
 })
+// A remote system that is down: every attempt of `unavailable` fails (a retry after the queue's backoff).
+cds.on('served', async () => {
+  const srv = await cds.connect.to('Target')
+  srv.on('unavailable', () => {
+    throw new Error(`the remote system is down (seen by instance ${process.env.INSTANCE})`)
+  })
+})
 // Rows of older CAP versions name the messaging service as their target: its subscriber records what it received.
 cds.on('served', async () => {
   const messaging = await cds.connect.to('messaging')
   messaging.on('legacyPing', req => insertRecord('messaging', String(req.data.n), process.env.INSTANCE))
+})
+// POST /schedule { n, after, as }: a `record` task for Target, due `after` (a duration) from now by this process's clock.
+cds.on('bootstrap', app => {
+  app.post('/schedule', require('express').json(), async (req, res) => {
+    const { n, after, as } = req.body
+    const srv = await cds.connect.to('Target')
+    await cds.tx(() => srv.schedule('record', { n }).after(after).as(as))
+    res.json({ scheduled: as })
+  })
 })
 // The rolling-upgrade suite's counting handler and enqueue route, the same as CAP's own instances have.
 serveCounting(process.env.INSTANCE, { handlerMs: Number(process.env.COUNT_MS ?? 0) })

@@ -9,17 +9,23 @@ const { waitingForOtherWriters } = require('../../lib/cap/database-options')
  * Every process started here is stopped by its PID.
  */
 
+/** Preloaded into a process whose wall clock is skewed (`clockSkew`, ms; see skewed-clock.js). */
+const SKEWED_CLOCK = path.join(__dirname, 'skewed-clock.js')
+
 /**
  * The environment of a process of the test app on `database`: an app instance's, or the CLI's beside one.
- * `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private server).
+ * `database`: a database name on the run's PostgreSQL server, or a whole `cds.requires.db` object (SQLite file, private
+ * server). `clockSkew`: the process's wall clock runs this many ms ahead (negative: behind).
  */
-function environment(database, { name, queue = {}, requires = {}, deploy = false, env = {} }) {
+function environment(database, { name, queue = {}, requires = {}, deploy = false, env = {}, clockSkew }) {
   const db = typeof database === 'string' ? dbConfig(database) : { ...database }
   // Processes sharing a SQLite file wait for each other's writes, as the CLI does: node:sqlite (cds 10) would fail
   // at once with "database is locked" (multitenancy-recovery's doomed process then never held a message in CI).
   waitingForOtherWriters(db)
   const config = { requires: { ...requires, db, queue: { ...projectQueue(), ...queue } } }
-  return { ...process.env, ...env, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
+  const preload = [env.NODE_OPTIONS ?? process.env.NODE_OPTIONS, `--require ${SKEWED_CLOCK}`].filter(Boolean).join(' ')
+  const skewed = clockSkew ? { NODE_OPTIONS: preload, CLOCK_SKEW: String(clockSkew) } : {}
+  return { ...process.env, ...env, ...skewed, CDS_CONFIG: JSON.stringify(config), INSTANCE: name, TEST_APP_DEPLOY: deploy ? 'yes' : 'no' }
 }
 
 /**

@@ -1,0 +1,32 @@
+import cds from '@sap/cds'
+import { performance } from 'perf_hooks'
+import { currentConnection } from '../cap/transactions'
+import type { ClockReading } from '../time/clock'
+import { nativeDialect } from './choose'
+import { ENTITY } from './rules'
+import { millis } from './rows'
+
+/**
+ * Reads the database's clock (for lib/time/clock.ts), in the current transaction if there is one; the round trip
+ * counted is the statement's alone, its transaction begun before. SQLite and PostgreSQL say their time to the
+ * millisecond with a statement of their dialect, whichever store runs the queue. Elsewhere CQL's `current_timestamp`
+ * (the database's function: CQL's `$now` is the event context's timestamp, the process's own clock); on SAP HANA that
+ * is the server's local time, UTC on SAP HANA Cloud. It needs the queue's table there: CQL has no query without one.
+ */
+export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockReading> {
+  const dialect = nativeDialect(db)
+  const sql = dialect && `SELECT ${dialect.isoText(dialect.now)} AS "now"`
+  const connection = dialect && (await currentConnection())
+  const sent = performance.now()
+  let value: unknown
+  if (dialect && sql && connection) value = (await dialect.execute(connection, sql, [], true)).rows[0].now
+  else if (sql) value = ((await db.run(sql)) as { now: unknown }[])[0].now
+  else value = ((await db.run(SELECT.one.from(ENTITY).columns('count(1) as rows', CURRENT_TIMESTAMP))) as { now: unknown }).now
+  const received = performance.now()
+  const time = value instanceof Date ? value.getTime() : millis(value)
+  if (Number.isNaN(time)) throw new Error(`cds-event-queues: the database's clock said ${String(value)}, which is not a time`)
+  return { time, sent, received }
+}
+
+/** A column of CAP's standard function (cds-types knows column names only). */
+const CURRENT_TIMESTAMP = { func: 'current_timestamp', as: 'now' } as never

@@ -1,0 +1,159 @@
+const { groupBy, MARGIN } = require('./facts')
+const { FAILED } = require('./messages')
+const { ms } = require('../queues')
+
+/**
+ * Promises of single features, checked across everything else that happened: I10 a rate limit and a circuit
+ * breaker hold per process; I11 nothing runs before it is due (a delay, or a row CAP's columns say another runner
+ * holds); I13 the plugin never fails the application's transaction or an operator's call; I14 a recurring task
+ * never runs twice at once, never before its interval, never after it was unscheduled or re-scheduled.
+ */
+
+/** A start measured in the handler may lag the limiter's own clock reading; a due time is compared with the request's start. */
+const WINDOW_MARGIN = 150
+const DUE_MARGIN = 250
+/**
+ * Messages claimed before a breaker opened may still start: a batch hands back what has not started within 1 s (its
+ * timer late on a loaded machine).
+ */
+const CLAIMED_BEFORE = 2000
+
+const skewOf = (f, pid) => f.processOf(pid)?.skew ?? 0
+/** Whether process `pid` stalled between `from` and `to`: what it admitted then may start late, bunched together. */
+const stalled = (f, pid, from, to) => (f.stalls.get(pid) ?? []).some(s => s.from <= to && s.at >= from)
+
+function rateLimit(f) {
+  const violations = []
+  for (const [service, settings] of Object.entries(f.settings)) {
+    if (!settings.rateLimit) continue
+    const { count, per } = settings.rateLimit
+    const runs = [...f.runs.values()].flat().filter(r => r.service === service)
+    for (const [pid, own] of groupBy(runs, r => r.pid)) {
+      const starts = own.map(r => r.start).sort((a, b) => a - b)
+      const i = starts.findIndex((s, j) => starts[j + count] !== undefined && starts[j + count] - s < per - WINDOW_MARGIN && !stalled(f, pid, s - per, starts[j + count]))
+      if (i >= 0) violations.push({ pids: [pid], text: `process ${pid} started ${count + 1} messages of ${service} (rateLimit ${count} per ${per} ms) within ${(starts[i + count] - starts[i]) | 0} ms, from ${f.time(starts[i])}` })
+    }
+  }
+  return violations
+}
+
+/**
+ * A circuit breaker per process, replayed from the attempts as they ended: `failures` consecutive failed attempts
+ * (a timed-out one is a failure, issue 22) open it at the end of the last; then nothing new may start until the
+ * probe is due, one probeInterval later, except what was claimed before (CLAIMED_BEFORE). The first attempt that
+ * starts from then on is the probe: its success closes the breaker, its failure opens it again. Attempts that
+ * started before the probe was due and end later neither open nor close it.
+ */
+function breaker(f) {
+  const violations = []
+  for (const [service, settings] of Object.entries(f.settings)) {
+    if (!settings.breaker) continue
+    const { failures, probeInterval } = settings.breaker
+    const runs = [...f.runs.values()].flat().filter(r => r.service === service)
+    for (const [pid, own] of groupBy(runs, r => r.pid)) {
+      const ended = own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
+      let streak = 0
+      let probeDue
+      for (const run of ended) {
+        const failed = FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+        if (probeDue !== undefined) {
+          if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
+          probeDue = undefined // the probe
+          streak = failed ? failures : 0
+        } else {
+          streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
+        }
+        if (streak < failures) continue
+        const opened = run.end
+        probeDue = opened + probeInterval
+        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
+        if (early.length) {
+          violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
+          break
+        }
+      }
+    }
+  }
+  return violations
+}
+
+function I10(f) {
+  return [...rateLimit(f), ...breaker(f)].map(v => ({ ...v, invariant: 'I10', title: 'a rate limit and a circuit breaker hold in each process' }))
+}
+
+function I11(f) {
+  const violations = []
+  for (const [wid, { message, request }] of f.asked) {
+    if (!f.intents.has(wid) || !(message.delay || message.heldAgo) || skewOf(f, request.pid)) continue
+    const first = (f.runsByWid.get(wid) ?? [])[0]
+    if (!first) continue
+    const due = message.delay ? request.sentAt + message.delay : request.sentAt + f.settingsOf(message.service).timeout - message.heldAgo
+    const why = message.delay ? `delayed by ${message.delay} ms` : `written 'processing' by another runner ${message.heldAgo} ms ago (timeout ${f.settingsOf(message.service).timeout} ms)`
+    if (first.start < due - DUE_MARGIN) violations.push({ wid, pids: [first.pid], text: `${wid} (${message.service}), ${why} in a request sent at ${f.time(request.sentAt)}, was due at ${f.time(due)} at the earliest, yet started at ${f.time(first.start)}: ${f.describeRun(first)}` })
+  }
+  return violations.map(v => ({ ...v, invariant: 'I11', title: 'nothing runs before it is due' }))
+}
+
+/** The database unreachable or the pool exhausted on a loaded machine: not the plugin's failure. */
+const UNAVAILABLE = /ResourceRequest timed out|not queryable|Connection terminated|ECONNREFUSED|terminating connection/
+
+/** An error of the plugin's own bookkeeping (its table, its runner), not of the database or the machine in general. */
+const PLUGINS = /outbox|event[-_ ]?queues|queue/i
+
+function I13(f) {
+  const violations = []
+  const excused = (pid, from, to) => f.excuse(pid, from, to) || f.processOf(pid)?.endedAt <= to + MARGIN
+  for (const r of f.history.requests.filter(r => r.outcome === 'failed')) {
+    if (excused(r.pid, r.sentAt, r.doneAt) || f.unsubscribed(r.tenant) || !PLUGINS.test(JSON.stringify(r.body ?? ''))) continue
+    violations.push({ pids: [r.pid], text: `the app's ${r.kind} request (${r.messages.map(m => m.wid).join(', ')}) failed with ${r.status} at ${f.time(r.doneAt)}, with no fault to explain it: ${String(JSON.stringify(r.body ?? r.error)).slice(0, 400)}` })
+  }
+  for (const a of f.history.operator) {
+    const failed = a.via === 'cli' ? a.code === 1 : a.status >= 500 && !UNAVAILABLE.test(JSON.stringify(a.body))
+    if (!failed || f.history.outages.some(o => o.from <= a.to && (o.to ?? Infinity) >= a.from) || f.processOf(a.pid)?.endedAt <= a.to + MARGIN) continue
+    violations.push({ text: `an operator's ${a.via} ${a.action} failed at ${f.time(a.to)}: ${a.via === 'cli' ? a.output.slice(0, 400) : `${a.status} ${String(JSON.stringify(a.body ?? a.error)).slice(0, 400)}`}` })
+  }
+  return violations.map(v => ({ ...v, invariant: 'I13', title: "the plugin never fails the application's transaction or an operator's call" }))
+}
+
+/** I14 over the runs of each task: never two at once, never before its interval, nothing after an unschedule or of an old schedule. */
+function I14(f) {
+  const violations = []
+  const runs = [...f.ticks.values()].flat()
+  const schedules = f.history.schedules.filter(s => s.status >= 200 && s.status < 300)
+  for (const [key, own] of groupBy(runs, r => `${r.tenant} ${r.task}`)) {
+    const [tenant, task] = key.split(' ')
+    const mine = schedules.filter(s => String(s.tenant) === tenant && s.task === task)
+    own.sort((a, b) => a.start - b.start)
+    for (let i = 0; i + 1 < own.length; i++) {
+      const [run, next] = [own[i], own[i + 1]]
+      const excuse = f.excuse(run.pid, run.start, next.start)
+      if (run.end === undefined || run.end > next.start + MARGIN) {
+        if (!excuse) violations.push({ kind: 'overlap', pids: [run.pid, next.pid], text: `task ${task}: two runs at once: ${f.describeRun(run)}; ${f.describeRun(next)}` })
+        continue
+      }
+      const every = mine.find(s => s.kind === 'schedule' && s.version === run.version)?.every
+      const rescheduled = mine.some(s => s.sentAt <= next.start && s.doneAt >= run.start)
+      if (!every || rescheduled || excuse || run.outcome !== 'ok' || skewOf(f, run.pid)) continue
+      if (next.start < run.end + ms(every) - DUE_MARGIN) violations.push({ kind: 'early', pids: [next.pid], text: `task ${task} (every ${every}) ran again ${(next.start - run.end) | 0} ms after its previous run ended: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
+    }
+    for (const run of own) {
+      const removed = mine.find(s => s.kind === 'unschedule' && s.doneAt + MARGIN < run.start && !mine.some(t => t.kind === 'schedule' && t.sentAt > s.doneAt && t.sentAt < run.start))
+      if (removed) violations.push({ kind: 'unscheduled', pids: [run.pid], text: `task ${task} ran after it was unscheduled at ${f.time(removed.doneAt)}: ${f.describeRun(run)}` })
+      const newer = mine.find(s => s.kind === 'schedule' && s.version > run.version && s.doneAt + MARGIN < run.start)
+      if (newer) violations.push({ kind: 'replaced', pids: [run.pid], text: `task ${task} ran its version ${run.version} after version ${newer.version} was scheduled at ${f.time(newer.doneAt)}: ${f.describeRun(run)}` })
+    }
+  }
+  // a chain that should not exist runs every second: one violation per task and kind, with the count
+  const grouped = new Map()
+  for (const v of violations) {
+    const key = `${v.text.split(':')[0]} ${v.kind}`
+    if (!grouped.has(key)) grouped.set(key, { ...v, count: 0 })
+    grouped.get(key).count++
+  }
+  return [...grouped.values()].map(v => ({
+    ...v, text: v.count > 1 ? `${v.text} (and ${v.count - 1} more runs like it)` : v.text,
+    invariant: 'I14', title: 'a recurring task runs once at a time, at its interval, and not after it was unscheduled or replaced'
+  }))
+}
+
+module.exports = { I10, I11, I13, I14 }

@@ -1,0 +1,79 @@
+/**
+ * `npm run test:chaos`: the invariant checker of issue 22. Runs the seeds of seeds.json (CI; CHAOS_LIST=all adds
+ * every other seed that ever failed), or one seed
+ * (`CHAOS_SEED=<n>`), or random seeds for `CHAOS_MINUTES`; each seed prints first, then what it did and every
+ * violation with the processes' logs. Ends with `N passed, N failed` and a non-zero exit code on any violation.
+ */
+const fs = require('fs')
+const path = require('path')
+const { History } = require('./history')
+const { randomInt } = require('crypto')
+const { runSeed } = require('./seed')
+const { check } = require('./invariants')
+const { printSeed, figures } = require('./report')
+const { stopPostgres } = require('./database')
+const { killEverything } = require('./processes')
+const { now } = require('./app/srv/true-clock')
+
+function seeds() {
+  if (process.env.CHAOS_SEED) return { list: process.env.CHAOS_SEED.split(',').map(Number) }
+  if (process.env.CHAOS_MINUTES) return { until: now() + Number(process.env.CHAOS_MINUTES) * 60_000 }
+  const { ci, more } = require('./seeds.json')
+  // CHAOS_LIST=all: every seed that ever failed, beyond the CI list's time budget
+  return { list: [...ci, ...(process.env.CHAOS_LIST === 'all' ? more : [])].map(s => s.seed) }
+}
+
+function* order({ list, until }) {
+  if (list) yield* list
+  else while (now() < until) yield randomInt(1, 2 ** 31)
+}
+
+/** Checks a kept seed's history again (after a change to the checker), without running it. */
+function recheck(dir) {
+  const result = JSON.parse(fs.readFileSync(path.join(dir, 'result.json'), 'utf8'))
+  Object.setPrototypeOf(result.history, History.prototype)
+  const violations = check(result)
+  printSeed(result, violations)
+  console.log(`${violations.length ? 0 : 1} passed, ${violations.length ? 1 : 0} failed`)
+  process.exitCode = violations.length ? 1 : 0
+}
+
+async function main() {
+  if (process.env.CHAOS_RECHECK) return recheck(process.env.CHAOS_RECHECK)
+  const started = now()
+  const totals = { passed: 0, failed: 0, messages: 0, faults: 0, violations: 0, failing: [] }
+  for (const seed of order(seeds())) {
+    console.log(`seed ${seed}`)
+    const t0 = now()
+    let violations
+    try {
+      const result = await runSeed(seed)
+      violations = check(result)
+      printSeed(result, violations)
+      const fig = figures(result)
+      totals.messages += fig.messages
+      totals.faults += Object.values(fig.faults).reduce((a, b) => a + b, 0) - fig.faults['of them CLI']
+      if (!violations.length && !process.env.CHAOS_KEEP) fs.rmSync(result.dir, { recursive: true, force: true })
+    } catch (e) {
+      violations = [e]
+      console.log(`  ✗ seed ${seed}: the checker could not run it: ${e.stack}`)
+    }
+    totals.violations += violations.length
+    if (violations.length) totals.failing.push(seed)
+    totals[violations.length ? 'failed' : 'passed']++
+    console.log(`  seed ${seed} ${violations.length ? 'FAILED' : 'passed'} in ${((now() - t0) / 1000).toFixed(0)} s`)
+  }
+  await stopPostgres()
+  const minutes = ((now() - started) / 60_000).toFixed(1)
+  console.log(`chaos: ${totals.passed + totals.failed} seeds in ${minutes} min, ${totals.messages} messages, ${totals.faults} faults and operator actions, ${totals.violations} violations${totals.failing.length ? `; failing seeds: ${totals.failing.join(', ')}` : ''}`)
+  console.log(`${totals.passed} passed, ${totals.failed} failed`)
+  process.exitCode = totals.failed ? 1 : 0
+}
+
+// Interrupted: every app process of the checker is killed by its PID, and the PostgreSQL server stopped.
+process.once('SIGINT', () => {
+  killEverything()
+  stopPostgres().finally(() => process.exit(130))
+})
+
+main()
