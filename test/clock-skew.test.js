@@ -47,7 +47,8 @@ describe('leases and due times follow the database clock, whatever a process clo
     // each has looked at the queue once: its runner has read the database's clock (before that, what a process
     // enqueues is stamped with its own clock; see README "PostgreSQL and multiple instances")
     await Promise.all([post(ahead, '/flush'), post(behind, '/flush')])
-  }, 60000)
+    // two app processes start on a loaded machine (four projects at once: over a minute seen on PostgreSQL)
+  }, 180000)
   afterAll(async () => {
     open?.()
     await Promise.all(started.map(child => stopInstance(child)))
@@ -56,7 +57,7 @@ describe('leases and due times follow the database clock, whatever a process clo
     gate = new Promise(resolve => (open = resolve))
   })
   afterEach(async () => {
-    open()
+    open?.()
     await DELETE.from(MESSAGES)
   })
 

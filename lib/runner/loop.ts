@@ -227,11 +227,20 @@ export class Loop {
     }
   }
 
-  private claim(limit: number, bytes: number, skipTargets: string[]): Promise<MessageRow[]> {
+  private async claim(limit: number, bytes: number, skipTargets: string[]): Promise<MessageRow[]> {
+    // Never a claim by the process's own clock: the reconciliation that reads the database's may have failed, or not
+    // run yet. A claim then takes over leases that are not over (and its time would hold lastClaimAt ahead).
+    if (!clock.read) await this.readClock()
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
     const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
     return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets, bytes))
+  }
+
+  /** Reads the database's clock (lib/time/clock.ts), in the current tenant's database. */
+  private async readClock(): Promise<void> {
+    clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
+    this.clockReadAt = clock.now()
   }
 
   private async ensureIndexes(tenant: Tenant): Promise<void> {
@@ -252,10 +261,7 @@ export class Loop {
    */
   private async reconcile(tenant: Tenant): Promise<void> {
     if (!this.host.started || clock.now() - (this.reconciledAt.get(tenant) ?? 0) < this.limits.pollInterval) return
-    if (clock.now() - this.clockReadAt >= this.limits.pollInterval) {
-      clock.adjust(await inOwnTransaction(() => readDatabaseClock(cds.db)))
-      this.clockReadAt = clock.now()
-    }
+    if (clock.now() - this.clockReadAt >= this.limits.pollInterval) await this.readClock()
     const now = clock.now()
     this.reconciledAt.set(tenant, now)
     const { store, queues, claimLease, owner } = this.host

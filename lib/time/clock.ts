@@ -48,6 +48,11 @@ export class DatabaseClock {
     return Math.min(Math.max(own, low), high)
   }
 
+  /** Whether the database's clock was read at all: until then `now()` is only the process's own clock. */
+  get read(): boolean {
+    return this.estimate !== undefined
+  }
+
   /**
    * Takes a reading of the database's clock into account. The database read its clock between sending and
    * receiving, so its time at `received` lies in an interval as wide as the round trip; where the last estimate
