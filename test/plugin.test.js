@@ -65,11 +65,11 @@ describe('the plugin package', () => {
         for (let i = 0; i < 20; i++) await queued.emit('count', { n: batch * 20 + i })
       })
     }
-    await waitFor(() => counts.size === 200, { timeout: 20000, what: '200 handler runs' })
+    await waitFor(() => counts.size === 200, { timeout: 60000, what: '200 handler runs' })
     // every row is gone with its handler's commit: no message is left that could run a second time
     await waitFor(async () => (await SELECT.from(MESSAGES)).length === 0, { what: 'an empty queue' })
     expect([...counts.values()].every(c => c === 1)).toBe(true)
     // Claimed by this process's runner: by a claim pass, or already at enqueue (`…:enqueued`) while it had free slots.
     for (const claimer of claimers) expect(claimer).toMatch(new RegExp(`:${process.pid}:[0-9a-f]{6}(:enqueued)?$`))
-  })
+  }, 120000)
 })
