@@ -2,6 +2,7 @@ const { startApp, merge, onPostgres } = require('./support/app')
 const { runCli } = require('./support/cli')
 const { MESSAGES, messages, capRow } = require('./support/outbox')
 const { waitFor, sleep } = require('./support/wait')
+const { readThenAwaitRemote } = require('./support/remote-call')
 const cds = require('@sap/cds')
 
 startApp({ requires: { queue: { batchSize: 10, pollInterval: '1h', backoff: { base: 60_000, max: 60_000 } } } })
@@ -103,18 +104,7 @@ describe('batched processing (batchSize > 1)', () => {
   // The batch's transaction takes SQLite's write lock as it begins: had it only read before its handler awaited, the
   // CLI's commit meanwhile would fail the batch's first write (SQLITE_BUSY_SNAPSHOT), and all its messages with it.
   ;(onPostgres() ? test.skip : test)('a batch whose handler read and awaits a remote call loses nothing to a CLI write meanwhile (SQLite)', async () => {
-    const attempts = []
-    let reading
-    const read = new Promise(resolve => (reading = resolve))
-    let answer
-    const answered = new Promise(resolve => (answer = resolve))
-    srv.on('remote', async req => {
-      attempts.push(req.queue.attempt)
-      await SELECT.one.from('test.Records')
-      reading()
-      await answered
-      await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'batch', message: req.queue.messageId })
-    })
+    const { attempts, read, answer } = readThenAwaitRemote(srv, 'remote', 'batch')
     const dead = { ...capRow({ event: 'record', data: { tag: 'dead' } }), attempts: 10 }
     // 12 rows over 10 free slots: batches of two
     await INSERT.into(MESSAGES).entries([dead, ...Array.from({ length: 12 }, (_, n) => capRow({ event: 'remote', data: { n } }))])

@@ -5,6 +5,7 @@ const { APP, startApp, merge, onPostgres, onPortableStore } = require('./support
 const { runCli } = require('./support/cli')
 const { waitFor, sleep } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
+const { readThenAwaitRemote } = require('./support/remote-call')
 const cds = require('@sap/cds')
 
 /**
@@ -253,18 +254,7 @@ describe('the cds-event-queues CLI', () => {
   // again. An operator's write waits for the handler instead.
   ;(onPostgres() ? test.skip : test)('beside a handler that read and awaits a remote call, a CLI write costs its message no attempt and no second run (SQLite)', async () => {
     const dead = await deadLetter(target, 'explode')
-    const attempts = []
-    let reading
-    const read = new Promise(resolve => (reading = resolve))
-    let remote
-    const answered = new Promise(resolve => (remote = resolve))
-    target.on('book', async req => {
-      attempts.push(req.queue.attempt)
-      await SELECT.one.from('test.Records')
-      reading()
-      await answered
-      await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'booked', message: req.queue.messageId })
-    })
+    const { attempts, read, answer: remote } = readThenAwaitRemote(target, 'book', 'booked')
     await cds.tx(() => cds.queued(target).emit('book', {}))
     await read
     // the CLI may wait for the handler's transaction up to 30 s; the remote call answers once the CLI is done, or
