@@ -4,7 +4,7 @@ const { waitFor } = require('./support/wait')
 const { MESSAGES, messages, millis } = require('./support/outbox')
 const cds = require('@sap/cds')
 
-const SERVICES = ['CallsRemote', 'SaysRetryAfter', 'Limited', 'Paced', 'Guarded', 'Hanging', 'HangingProbe']
+const SERVICES = ['CallsRemote', 'SaysRetryAfter', 'Limited', 'Paced', 'Guarded', 'Hanging', 'HangingProbe', 'NeverAnswers']
 // the queue's log at info: the circuit breaker's state changes are part of what is tested
 startApp({ requires: Object.fromEntries(SERVICES.map(name => [name, { impl: 'srv/plain-service.js' }])), log: { levels: { queue: 'info' } } })
 
@@ -214,6 +214,24 @@ describe('protecting remote systems', () => {
       ])
     })
   })
+})
+
+describe('handlerTimeout', () => {
+  test('each attempt abandoned by handlerTimeout is charged, also while the breaker it opened holds the queue: a handler that never finishes becomes a dead letter after maxAttempts', async () => {
+    let calls = 0
+    // Its lease ends within 1 s after it was abandoned, while the breaker it opened keeps the queue from being
+    // claimed for 3 s: the row waits, 'processing', for the probe's claim to take it over and count the attempt.
+    const options = { handlerTimeout: '200ms', timeout: '1s', maxAttempts: 2, backoff: { base: 0 }, circuitBreaker: { failures: 1, probeInterval: '3s' } }
+    const queued = await queueWith('NeverAnswers', options, 'call', () => (calls++, new Promise(() => {})))
+    await queued.emit('call', {})
+    const [dead] = await waitFor(async () => {
+      const rows = await messages()
+      return rows.length === 1 && rows[0].attempts >= 2 && rows[0].status !== 'processing' && rows
+    }, { timeout: 60000, what: 'the message to be a dead letter after two abandoned attempts' })
+    expect(dead.attempts).toBe(2)
+    expect(calls).toBe(2)
+    await DELETE.from(MESSAGES)
+  }, 90000)
 })
 
 describe('circuit breaker states', () => {

@@ -62,8 +62,12 @@ export class Holdings {
   /** Messages of running slots that have ended (settled, handed back or abandoned): nothing more happens to them. */
   private readonly ended = new WeakSet<Held>()
   private readonly reservations = new Map<string, Reservation>()
-  /** IDs of messages whose handlers were abandoned and may still run: this process knows them until their lease ends. */
-  private readonly abandoned = new Set<string>()
+  /**
+   * Messages whose handlers were abandoned and may still run, by ID, with their tenant: this process knows them as
+   * long as their rows are claimed in its name. Their rows stay 'processing' until a claim takes them over and counts
+   * the attempt — however long that takes (a breaker the abandoned attempts opened keeps their queue from claims).
+   */
+  private readonly abandoned = new Map<string, string | undefined>()
   /** The running slots, for what a pause of their queue hands back (see `handBackQueue`). */
   private readonly running = new Set<Slot>()
 
@@ -162,8 +166,7 @@ export class Holdings {
     await this.handBackUnstarted(slot, 'its slot\'s handler did not finish within handlerTimeout')
     // a handler that started and did not finish has had its attempt: the takeover counts it
     const started = slot.entries.filter(held => !this.ended.has(held))
-    for (const { row } of started) this.abandoned.add(row.ID)
-    setTimeout(() => started.forEach(({ row }) => this.abandoned.delete(row.ID)), slot.queue.timeout).unref()
+    for (const { row } of started) this.abandoned.set(row.ID, slot.tenant)
     for (const held of started) await this.settle(slot, held, { outcome: { kind: 'abandoned' } })
   }
 
@@ -212,10 +215,13 @@ export class Holdings {
   }
 
   /**
-   * Of `claims` in this process's name according to the table, those it holds no record of (a copy of a row
-   * re-inserted from a backup, say). Claims made since `since` may not be recorded yet: only older ones can be orphans.
+   * Of `claims` in this process's name in `tenant` according to the table, those it holds no record of (a copy of a
+   * row re-inserted from a backup, say). Claims made since `since` may not be recorded yet: only older ones can be
+   * orphans. An abandoned message whose row is no longer claimed here (taken over, or done) is forgotten.
    */
-  orphans(claims: Claim[], since: number): Claim[] {
+  orphans(claims: Claim[], since: number, tenant: string | undefined): Claim[] {
+    const claimed = new Set(claims.map(c => c.ID))
+    for (const [ID, of] of this.abandoned) if (of === tenant && !claimed.has(ID)) this.abandoned.delete(ID)
     const held = new Set([...this.held].map(({ lease }) => lease.claim.ID))
     return claims.filter(c => c.claimedAt < since && !held.has(c.ID) && !this.reservations.has(c.ID) && !this.abandoned.has(c.ID))
   }
@@ -262,6 +268,8 @@ export class Holdings {
     const leases = [...this.held].map(({ lease }) => lease).filter(l => l.tenant === tenant)
     if (leases.length) LOG.info(`tenant ${tenant} is unsubscribed: abandoning ${leases.length} of its messages in this process, without writing in its database`)
     for (const lease of leases) lease.abandon(new AttemptAborted(`Message ${lease.claim.ID}: its tenant ${tenant} was unsubscribed`, 'UNSUBSCRIBED'))
+    // its rows are gone with its database: no reconciliation there will forget them
+    for (const [ID, of] of this.abandoned) if (of === tenant) this.abandoned.delete(ID)
   }
 
   /** Marks `held` as ended; false if it had ended already (a message of a slot ends once). */

@@ -267,7 +267,7 @@ export class Loop {
     const { store, queues, claimLease, owner } = this.host
     const { changed, orphans } = await inOwnTransaction(async () => {
       const changed = await store.reconcile(queues.attemptLimits(), now, claimLease)
-      const orphans = this.host.holdings.orphans(await store.claimsOf([owner, `${owner}:enqueued`]), now)
+      const orphans = this.host.holdings.orphans(await store.claimsOf([owner, `${owner}:enqueued`]), now, tenant)
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })
