@@ -2,6 +2,7 @@ const path = require('path')
 const { startApp } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES } = require('./support/outbox')
+const { subscribe, inTenant } = require('./support/mt')
 const cds = require('@sap/cds')
 
 // The consumer half in a multitenant app (test/mt-app: @sap/cds-mtxs in process, a SQLite file per tenant): message
@@ -16,23 +17,17 @@ const test_ = startApp({
     inbox: { kind: 'local-messaging', inboxed: true, outboxed: { receiptRetention: '1s', ...fast } }
   }
 }, { app: MT_APP, deploy: false })
-const { PUT, POST } = test_
+const { POST } = test_
 test_.axios.defaults.validateStatus = () => true
 const TENANTS = ['t1', 't2']
 const RECEIPTS = 'cds.outbox.Receipts'
 
-async function subscribe(tenant) {
-  const res = await PUT(`/-/cds/saas-provisioning/tenant/${tenant}`, { subscribedSubdomain: tenant, eventType: 'CREATE' }, { auth: { username: 'yves' } })
-  if (res.status >= 300) throw new Error(`subscribing ${tenant} failed: ${res.status} ${JSON.stringify(res.data)}`)
-}
-
-const inTenant = (tenant, fn) => cds.tx({ tenant, user: new cds.User.Privileged() }, fn)
 const done = tenant => inTenant(tenant, () => SELECT.from('mt.Done'))
 const empty = tenant => inTenant(tenant, async () => (await SELECT.from(MESSAGES)).length === 0)
 
 describe('the consumer half in a multitenant app', () => {
   beforeAll(async () => {
-    for (const tenant of TENANTS) await subscribe(tenant)
+    for (const tenant of TENANTS) await subscribe(test_, tenant)
   })
 
   test("a relayed event carries its message ID and its key's sequence number in its tenant", async () => {
