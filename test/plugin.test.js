@@ -29,12 +29,12 @@ describe('the plugin package', () => {
     expect(execFileSync(process.execPath, ['-e', script], { cwd: path.join(__dirname, '..'), encoding: 'utf8' })).toBe('false')
   })
 
-  test('the published package holds the compiled JavaScript, the CDS models and the README, no TypeScript sources', () => {
+  test('the published package holds the compiled JavaScript, the CDS models, the README and its guides (docs/), no TypeScript sources', () => {
     const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
       cwd: path.join(__dirname, '..'), encoding: 'utf8'
     }))
     const files = pack.files.map(f => f.path)
-    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/event-queues.cds', 'srv/event-queues.js', 'README.md', 'package.json', 'index.d.ts', 'test.js', 'test.d.ts', 'lib/testing/messages.js']) {
+    for (const f of ['cds-plugin.js', 'lib/runner/runner.js', 'lib/api/queued.js', 'db/outbox.cds', 'srv/event-queues.cds', 'srv/event-queues.js', 'README.md', 'docs/CONFIGURATION.md', 'package.json', 'index.d.ts', 'test.js', 'test.d.ts', 'lib/testing/messages.js']) {
       expect(files).toContain(f)
     }
     expect(files.filter(f => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])
