@@ -131,7 +131,8 @@ describe('ordering and concurrency', () => {
         for (const key of ['poisoned', 'a', 'b']) await patient.emit('work', { key, seq })
       }
     })
-    await waitFor(() => seen.a.length === 10 && seen.b.length === 10, { what: 'keys a and b' })
+    // 20 messages in key order; on the loaded machine the portable store took more than 10 s for them
+    await waitFor(() => seen.a.length === 10 && seen.b.length === 10, { timeout: 60000, what: 'keys a and b' })
     await cds.flush()
     expect(seen.a).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     expect(seen.b).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
@@ -139,7 +140,8 @@ describe('ordering and concurrency', () => {
     const left = await SELECT.from(MESSAGES).columns('orderingKey', 'attempts').orderBy('timestamp')
     expect(left).toHaveLength(10)
     expect(left.every(r => r.orderingKey === 'poisoned')).toBe(true)
-    expect(left[0].attempts).toBe(1) // the head, waiting for its retry; its followers never ran
+    // the head, waiting for its retry (on a loaded machine it may have had more than one by now); its followers never ran
+    expect(left[0].attempts).toBeGreaterThanOrEqual(1)
     expect(left.slice(1).every(r => r.attempts === 0)).toBe(true)
   })
 
