@@ -49,10 +49,10 @@ describe('faults: PostgreSQL restarts while the pool opens connections', () => {
     const final = await waitFor(async () => {
       const c = await counts(query)
       return child.exitCode !== null || (c.pending === 0 && c.handled >= MESSAGES && c)
-    }, { timeout: 120000, interval: 200, what: `${MESSAGES} handled messages and an empty queue` })
+    }, { timeout: 300000, interval: 200, what: `${MESSAGES} handled messages and an empty queue` })
     expect(alive()).toEqual({ exitCode: null, uncaught: [] })
     expect(final).toEqual({ pending: 0, processing: 0, dead: 0, runs: MESSAGES, handled: MESSAGES })
     // still serving HTTP
     expect((await fetch(`${child.url}/`)).status).toBeLessThan(500)
-  })
+  }, 600000)
 })
