@@ -202,6 +202,27 @@ describe('CAP contracts', () => {
       expect(connection.listenerCount('error')).toBeGreaterThan(0)
       expect(connection).toHaveProperty('open')
     })
+
+    test("@cap-js/postgres's create connects a Client of its own `pg` (the plugin listens for errors from `connect()` on)", async () => {
+      if (!onPostgres()) return
+      const { createRequire } = require('module')
+      const { Client } = createRequire(require.resolve('@cap-js/postgres'))('pg')
+      const connect = Client.prototype.connect
+      const connecting = []
+      Client.prototype.connect = function (...args) {
+        connecting.push(this)
+        return connect.apply(this, args)
+      }
+      let connection
+      try {
+        connection = await cds.db.pools._factory.create()
+      } finally {
+        Client.prototype.connect = connect
+      }
+      expect(connection).toBeInstanceOf(Client)
+      expect(connecting).toContain(connection)
+      await connection.end()
+    })
   })
 
   describe('disconnect (lib/cap/lifecycle.ts)', () => {
