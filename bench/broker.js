@@ -1,0 +1,282 @@
+/**
+ * `node bench/broker.js` (part of `npm run bench`; `npm run build` first): relay throughput to a real broker, this
+ * plugin's `kind: 'redis-streams'` beside CAP's built-in queue with CAP's `redis-messaging` (the plugin not loaded), in
+ * the same run, interleaved, on durable databases (a SQLite file; a database of the embedded PostgreSQL server with its
+ * durable defaults). A `redis-server` is started on 127.0.0.1 by this script (scripts/redis-server.js, no persistence:
+ * CAP's pub/sub keeps nothing anyway) and stopped by its PID.
+ *
+ * Per database, events per transaction (1 and 100) and contender, a producer process (the bench app, bench/app) with a
+ * messaging service `broker`, queued by default, commits transactions one after the other, each emitting its events;
+ * right after each commit it takes the commit time (a 'succeeded' listener registered before the transaction's first
+ * emit, so it runs before the queue's own). The bench process itself is the consumer: it reads the plugin's stream
+ * with XREAD BLOCK, or is subscribed to CAP's channel before the producer starts, and stamps each event's arrival.
+ * Measured:
+ * - throughput: events ÷ (last event's arrival at the bench's reader − start of the first transaction): commit to
+ *   broker acceptance, the producer committing as fast as it can;
+ * - commit → consumer p50/p99: an event's arrival at the bench's reader − its transaction's commit time.
+ * The plugin's entries are also counted in the stream (XLEN) after each run. Before measuring, each producer relays a
+ * warm-up on another topic and waits until its queue table is empty. It measures; it does not pass or fail.
+ *
+ * About 2–3 minutes on the loaded 2-core machine with the defaults. Sizes via environment: BENCH_BROKER_EVENTS_1 (events
+ * of the 1-per-transaction runs, 500), BENCH_BROKER_EVENTS_100 (of the 100-per-transaction runs, 3000), BENCH_REPS (2),
+ * BENCH_DBS ("sqlite,postgres"), BENCH_BROKER_PROFILE ("0": no profile; "1": always; default: only when the target,
+ * ≥ 5× CAP's throughput and a p99 below CAP's p50, is missed). Writes the table to bench/BROKER.md.
+ */
+const fs = require('fs')
+const os = require('os')
+const path = require('path')
+
+const config = {
+  events: { 1: Number(process.env.BENCH_BROKER_EVENTS_1 ?? 500), 100: Number(process.env.BENCH_BROKER_EVENTS_100 ?? 3000) },
+  perTx: [1, 100],
+  reps: Number(process.env.BENCH_REPS ?? 2),
+  dbs: (process.env.BENCH_DBS ?? 'sqlite,postgres').split(','),
+  warmUp: 20,
+  /** How long the bench waits for the last event at its reader before it records what arrived. */
+  arrivalTimeout: 180_000,
+  profile: process.env.BENCH_BROKER_PROFILE
+}
+const IMPLS = ['plugin', 'cap']
+const PASSWORD = 'bench' // CAP's adapter drops the host of a credentials.uri without user and password (see README)
+const log = (...args) => console.error('[bench:broker]', ...args)
+
+/** The broker service of a contender: the plugin's redis-streams, or CAP's redis-messaging (pub/sub). */
+const brokerService = (impl, redis) => ({ kind: impl === 'cap' ? 'redis-messaging' : 'redis-streams', credentials: { uri: redis.url } })
+
+/** Child: the producer. Relays a warm-up, then on 'go' commits the transactions and sends their commit times. */
+async function child() {
+  setInterval(() => {}, 60_000) // keep alive until the figures are sent
+  const { boot, serve } = require('./support/app')
+  const { wallClock, pending } = require('./support/messages')
+  const { cds } = await boot()
+  const broker = await cds.connect.to('broker')
+  await serve(cds)
+  const topic = process.env.BENCH_TOPIC
+  const perTx = Number(process.env.BENCH_PER_TX)
+  const count = Number(process.env.BENCH_COUNT)
+
+  /** `total` events on `event`, `perTx` per transaction; the commit time of each transaction in `commits`. */
+  const transactions = async (event, total, commits) => {
+    for (let tx = 0, n = 0; n < total; tx++) {
+      await cds.tx(async () => {
+        cds.context.on('succeeded', () => (commits[tx] = wallClock()))
+        for (let i = 0; i < perTx && n < total; i++, n++) await broker.emit(event, { tx, n })
+      })
+    }
+  }
+  await transactions(`${topic}/warm-up`, Math.min(perTx * 2, 200), [])
+  const end = Date.now() + 60_000
+  while ((await pending(cds)) > 0) {
+    if (Date.now() > end) throw new Error('the warm-up was not relayed within 60 s')
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+  const go = new Promise(resolve => process.once('message', resolve))
+  process.send({ ready: true })
+  await go
+  const commits = []
+  const startAt = wallClock()
+  await transactions(topic, count, commits)
+  const endAt = wallClock()
+  // the relay is measured by the bench's reader; the profile (if any) covers it when the queue is empty
+  while ((await pending(cds)) > 0) await new Promise(resolve => setTimeout(resolve, 50))
+  await new Promise(resolve => process.send({ commits, startAt, endAt }, resolve))
+}
+
+/**
+ * The bench's consumer of `topic`: the plugin's stream read with XREAD BLOCK from its start, or CAP's channel,
+ * subscribed before it resolves. Stamps each event's arrival by its transaction (`arrivals`: [tx, at] pairs).
+ */
+async function reader(redis, impl, topic) {
+  const { createClient } = require('redis')
+  const { readReply } = require('../lib/messaging/stream-entries')
+  const { wallClock } = require('./support/messages')
+  const client = createClient({ url: redis.url })
+  await client.connect()
+  const arrivals = []
+  const take = (json, at) => arrivals.push([JSON.parse(json).data.tx, at])
+  let closed = false
+  let loop = Promise.resolve()
+  if (impl === 'cap') {
+    await client.subscribe(topic, message => take(message, wallClock()))
+  } else {
+    loop = (async () => {
+      let last = '0-0'
+      while (!closed) {
+        const entries = readReply(await client.sendCommand(['XREAD', 'COUNT', '1000', 'BLOCK', '200', 'STREAMS', topic, last]))
+        const at = wallClock()
+        for (const entry of entries) {
+          take(entry.fields.message, at)
+          last = entry.id
+        }
+      }
+    })()
+  }
+  return {
+    arrivals,
+    /** Resolves when `count` events arrived or `timeout` ms passed. */
+    async received(count, timeout) {
+      const end = Date.now() + timeout
+      while (arrivals.length < count && Date.now() < end) await new Promise(resolve => setTimeout(resolve, 20))
+    },
+    async close() {
+      closed = true
+      await loop
+      await client.quit()
+    }
+  }
+}
+
+/** XLEN of `topic` on the server: the plugin's entries the broker holds. */
+async function streamLength(redis, topic) {
+  const { createClient } = require('redis')
+  const client = createClient({ url: redis.url })
+  await client.connect()
+  try {
+    return Number(await client.sendCommand(['XLEN', topic]))
+  } finally {
+    await client.quit()
+  }
+}
+
+/** One run: a fresh database, the reader, the producer; `execArgv` of the producer (the profiler). */
+async function measure({ kind, impl, perTx, rep, server, redis, execArgv }) {
+  const { newDatabase } = require('./support/databases')
+  const { environment } = require('./support/app')
+  const { start, nextMessage, stop } = require('./support/processes')
+  const { percentile } = require('./support/stats')
+  const count = config.events[perTx]
+  const topic = `bench/${kind}/${impl}/${perTx}/${rep}`
+  const { db, cleanup } = await newDatabase(kind, server)
+  const consumer = await reader(redis, impl, topic)
+  const env = environment(impl, db, { BENCH_BROKER_CHILD: 'yes', BENCH_TOPIC: topic, BENCH_PER_TX: String(perTx), BENCH_COUNT: String(count) },
+    { requires: { broker: brokerService(impl, redis) } })
+  const producer = start('broker.js', env, execArgv)
+  const exited = new Promise(resolve => producer.once('exit', resolve))
+  try {
+    await nextMessage(producer, m => m.ready)
+    const produced = nextMessage(producer, m => 'commits' in m)
+    producer.send({ go: true })
+    const { commits, startAt, endAt } = await produced
+    await consumer.received(count, config.arrivalTimeout)
+    if (execArgv) await exited // the profile is written when the producer exits by itself
+    const arrived = consumer.arrivals.slice()
+    const last = Math.max(...arrived.map(([, at]) => at))
+    const latencies = arrived.map(([tx, at]) => at - commits[tx])
+    return {
+      count,
+      received: arrived.length,
+      inStream: impl === 'plugin' ? await streamLength(redis, topic) : undefined,
+      perSecond: arrived.length === count ? count / ((last - startAt) / 1000) : NaN,
+      commitsPerSecond: count / ((endAt - startAt) / 1000),
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99)
+    }
+  } finally {
+    await consumer.close()
+    await stop(producer)
+    await cleanup()
+  }
+}
+
+/** The plugin's producer under `node --cpu-prof` (SQLite, 100 events per transaction): top frames by self CPU. */
+async function profile(redis) {
+  const { analyse } = require('./profile')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-broker-profile-'))
+  const result = await measure({ kind: 'sqlite', impl: 'plugin', perTx: 100, rep: 'profile', redis, execArgv: ['--cpu-prof', '--cpu-prof-dir', dir] })
+  const file = path.join(dir, fs.readdirSync(dir).find(f => f.endsWith('.cpuprofile')))
+  return { result, analysis: analyse(file), file }
+}
+
+const fixed = (value, digits) => (Number.isFinite(value) ? value.toFixed(digits) : '—')
+const rate = value => (Number.isFinite(value) ? Math.round(value).toLocaleString('en-US') : '—')
+const times = value => (Number.isFinite(value) ? `${value.toFixed(2)}×` : '—')
+
+function render({ results, startedAt, finishedAt, loadBefore, loadAfter, profiled, redisVersion }) {
+  const { median } = require('./support/stats')
+  const lines = [
+    '# Relay to a broker: redis-streams (this plugin) vs CAP\'s queue with redis-messaging',
+    '',
+    `Measured by \`node bench/broker.js\` (part of \`npm run bench\`) on ${startedAt.toISOString()} – ${finishedAt.toISOString()}: ` +
+      `${os.cpus().length} cores, load ${loadBefore.map(l => l.toFixed(1)).join(' ')} before, ${loadAfter.map(l => l.toFixed(1)).join(' ')} after; ` +
+      `Node ${process.version}, @sap/cds ${require('@sap/cds/package.json').version}, redis-server ${redisVersion} on 127.0.0.1 (no persistence), ` +
+      `${config.reps} repetition(s), contenders interleaved. Events: ${config.events[1]} at 1 per transaction, ${config.events[100]} at 100 per transaction.`,
+    '',
+    '- **plugin**: this plugin\'s queue relaying to `kind: \'redis-streams\'` (XADD; the entry stays in the stream until trimmed).',
+    '- **CAP**: CAP\'s built-in queue (`persistent-queue`, legacyLocking false) relaying to CAP\'s `redis-messaging` (PUBLISH; the plugin not loaded). ' +
+      '**CAP\'s figures do not include durability at the broker**: Redis pub/sub keeps nothing, a message published while no subscriber is connected is lost.',
+    '- **events/s**: events ÷ (arrival of the last event at the bench\'s reader − start of the producer\'s first transaction); the producer commits its transactions one after the other as fast as it can, the relay runs in the same process meanwhile.',
+    '- **commit → consumer**: an event\'s arrival at the bench\'s reader (XREAD BLOCK on the stream; a SUBSCRIBE connection for CAP, made before the producer started) − the commit time of its transaction, taken in the producer right after the commit. Both processes on one machine, one clock.',
+    '- **commits/s**: the producer\'s own pace, events committed per second (first transaction\'s start to last commit). Where the relay is slower than the commits, a backlog builds up in the queue table and the commit → consumer figures are mostly time spent waiting in it.',
+    '- Every figure is the median over the repetitions; ratios are plugin ÷ CAP per repetition, then the median.',
+    '',
+    '| database | events/tx | plugin events/s | CAP events/s | throughput plugin ÷ CAP | plugin p50 / p99 (ms) | CAP p50 / p99 (ms) | plugin p99 ÷ CAP p50 | commits/s plugin / CAP | received plugin / CAP (of) |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---|'
+  ]
+  const verdicts = []
+  for (const kind of config.dbs) {
+    for (const perTx of config.perTx) {
+      const runs = results[kind][perTx]
+      const pick = (impl, key) => median(runs[impl].map(r => r[key]))
+      const throughput = median(runs.plugin.map((r, i) => r.perSecond / runs.cap[i].perSecond))
+      const latency = median(runs.plugin.map((r, i) => r.p99 / runs.cap[i].p50))
+      verdicts.push({ kind, perTx, met: throughput >= 5 && latency < 1, throughput, latency })
+      const got = impl => runs[impl].map(r => r.received + (r.inStream !== undefined ? ` (XLEN ${r.inStream})` : '')).join(', ')
+      lines.push(`| ${kind} | ${perTx} | ${rate(pick('plugin', 'perSecond'))} | ${rate(pick('cap', 'perSecond'))} | ${times(throughput)} | ` +
+        `${fixed(pick('plugin', 'p50'), 1)} / ${fixed(pick('plugin', 'p99'), 1)} | ${fixed(pick('cap', 'p50'), 1)} / ${fixed(pick('cap', 'p99'), 1)} | ` +
+        `${times(latency)} | ${rate(pick('plugin', 'commitsPerSecond'))} / ${rate(pick('cap', 'commitsPerSecond'))} | ${got('plugin')} / ${got('cap')} (${config.events[perTx]}) |`)
+    }
+  }
+  lines.push('', 'Target (issue 24): ≥ 5× CAP\'s throughput and a p99 below CAP\'s p50.', '')
+  for (const v of verdicts) lines.push(`- ${v.kind}, ${v.perTx} per transaction: ${v.met ? 'met' : '**not met**'} (throughput ${times(v.throughput)}, p99 ÷ CAP p50 ${times(v.latency)})`)
+  if (profiled) {
+    const { result, analysis, file } = profiled
+    lines.push('', `## Where the plugin's producer spends its CPU (\`node --cpu-prof\`, SQLite, 100 events per transaction, ${result.count} events)`, '',
+      `${rate(result.perSecond)} events/s under the profiler; ${analysis.busySamples} busy samples; profile: \`${file}\` (Chrome DevTools).`, '',
+      '| self CPU by package | share of busy samples |', '|---|---:|', ...analysis.byPackage.map(([k, v]) => `| ${k} | ${v} |`), '',
+      '| top functions, self CPU | share |', '|---|---:|', ...analysis.functions.map(([k, v]) => `| ${k} | ${v} |`))
+  }
+  return { text: lines.join('\n') + '\n', verdicts }
+}
+
+async function parent() {
+  const postgres = require('./support/postgres')
+  const redisServer = require('../scripts/redis-server')
+  const startedAt = new Date()
+  const loadBefore = os.loadavg()
+  const results = Object.fromEntries(config.dbs.map(kind => [kind, Object.fromEntries(config.perTx.map(n => [n, { plugin: [], cap: [] }]))]))
+  let server
+  let redis
+  try {
+    redis = await redisServer.startServer({ password: PASSWORD })
+    if (config.dbs.includes('postgres')) server = await postgres.startServer()
+    for (let rep = 1; rep <= config.reps; rep++) {
+      for (const kind of config.dbs) {
+        for (const perTx of config.perTx) {
+          // who goes first alternates, so neither always runs on a machine the other just warmed or loaded
+          for (const impl of rep % 2 ? IMPLS : [...IMPLS].reverse()) {
+            const result = await measure({ kind, impl, perTx, rep, server, redis })
+            log(`rep ${rep}, ${kind}, ${perTx}/tx, ${impl}: ${rate(result.perSecond)} events/s, p50 ${fixed(result.p50, 1)} ms, p99 ${fixed(result.p99, 1)} ms, received ${result.received}/${result.count}`)
+            results[kind][perTx][impl].push(result)
+          }
+        }
+      }
+    }
+    const { verdicts } = render({ results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg() })
+    const missed = verdicts.some(v => !v.met)
+    let profiled
+    if (config.profile === '1' || (config.profile !== '0' && missed)) {
+      log('profiling the plugin\'s producer (SQLite, 100 events per transaction)')
+      profiled = await profile(redis)
+    }
+    const redisVersion = require('child_process').execFileSync(process.env.REDIS_SERVER ?? '/usr/bin/redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)?.[1]
+    const { text } = render({ results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg(), profiled, redisVersion })
+    console.log(text)
+    fs.writeFileSync(path.join(__dirname, 'BROKER.md'), text)
+    log('written to bench/BROKER.md')
+  } finally {
+    if (redis) await redisServer.stopServer(redis)
+    if (server) await postgres.stopServer(server)
+  }
+}
+
+require('./support/processes').runScript('BENCH_BROKER_CHILD', child, parent)
