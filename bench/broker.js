@@ -17,17 +17,18 @@
  * The plugin's entries are also counted in the stream (XLEN) after each run. Before measuring, each producer relays a
  * warm-up on another topic and waits until its queue table is empty. It measures; it does not pass or fail.
  *
- * About 2–3 minutes on the loaded 2-core machine with the defaults. Sizes via environment: BENCH_BROKER_EVENTS_1 (events
- * of the 1-per-transaction runs, 500), BENCH_BROKER_EVENTS_100 (of the 100-per-transaction runs, 3000), BENCH_REPS (2),
+ * About 5 minutes on the loaded 2-core machine (load 11–15) with the defaults. Sizes via environment: BENCH_BROKER_EVENTS_1 (events
+ * of the 1-per-transaction runs, 200), BENCH_BROKER_EVENTS_100 (of the 100-per-transaction runs, 1500), BENCH_REPS (2),
  * BENCH_DBS ("sqlite,postgres"), BENCH_BROKER_PROFILE ("0": no profile; "1": always; default: only when the target,
- * ≥ 5× CAP's throughput and a p99 below CAP's p50, is missed). Writes the table to bench/BROKER.md.
+ * ≥ 5× CAP's throughput and a p99 below CAP's p50, is missed; then the plugin's producer runs once more per database
+ * under V8's CPU profiler, over the measured window). Writes the table to bench/BROKER.md.
  */
 const fs = require('fs')
 const os = require('os')
 const path = require('path')
 
 const config = {
-  events: { 1: Number(process.env.BENCH_BROKER_EVENTS_1 ?? 500), 100: Number(process.env.BENCH_BROKER_EVENTS_100 ?? 3000) },
+  events: { 1: Number(process.env.BENCH_BROKER_EVENTS_1 ?? 200), 100: Number(process.env.BENCH_BROKER_EVENTS_100 ?? 1500) },
   perTx: [1, 100],
   reps: Number(process.env.BENCH_REPS ?? 2),
   dbs: (process.env.BENCH_DBS ?? 'sqlite,postgres').split(','),
@@ -37,6 +38,8 @@ const config = {
   profile: process.env.BENCH_BROKER_PROFILE
 }
 const IMPLS = ['plugin', 'cap']
+/** The runs profiled when the target is missed: the two ends, SQLite's batches and PostgreSQL's single events. */
+const PROFILED = [['sqlite', 100], ['postgres', 1]]
 const PASSWORD = 'bench' // CAP's adapter drops the host of a credentials.uri without user and password (see README)
 const log = (...args) => console.error('[bench:broker]', ...args)
 
@@ -73,13 +76,29 @@ async function child() {
   const go = new Promise(resolve => process.once('message', resolve))
   process.send({ ready: true })
   await go
+  const profiler = process.env.BENCH_PROFILE_FILE && (await profiling())
   const commits = []
   const startAt = wallClock()
   await transactions(topic, count, commits)
   const endAt = wallClock()
-  // the relay is measured by the bench's reader; the profile (if any) covers it when the queue is empty
-  while ((await pending(cds)) > 0) await new Promise(resolve => setTimeout(resolve, 50))
+  // this process exits once it sent its figures: it stays until its relay is done (the profile covers exactly that)
+  while ((await pending(cds)) > 0) await new Promise(resolve => setTimeout(resolve, 20))
+  if (profiler) fs.writeFileSync(process.env.BENCH_PROFILE_FILE, JSON.stringify(await profiler.stop()))
   await new Promise(resolve => process.send({ commits, startAt, endAt }, resolve))
+}
+
+/**
+ * V8's CPU profiler (what `node --cpu-prof` runs) started now through the inspector, so the profile leaves out the
+ * producer's start (model compilation, module loading), which would otherwise be most of it.
+ */
+async function profiling() {
+  const { Session } = require('inspector')
+  const session = new Session()
+  session.connect()
+  const post = (method, params) => new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))))
+  await post('Profiler.enable')
+  await post('Profiler.start')
+  return { stop: async () => (await post('Profiler.stop')).profile }
 }
 
 /**
@@ -138,8 +157,8 @@ async function streamLength(redis, topic) {
   }
 }
 
-/** One run: a fresh database, the reader, the producer; `execArgv` of the producer (the profiler). */
-async function measure({ kind, impl, perTx, rep, server, redis, execArgv }) {
+/** One run: a fresh database, the reader, the producer; `profileFile`: the producer profiles the measured window into it. */
+async function measure({ kind, impl, perTx, rep, server, redis, profileFile }) {
   const { newDatabase } = require('./support/databases')
   const { environment } = require('./support/app')
   const { start, nextMessage, stop } = require('./support/processes')
@@ -148,17 +167,14 @@ async function measure({ kind, impl, perTx, rep, server, redis, execArgv }) {
   const topic = `bench/${kind}/${impl}/${perTx}/${rep}`
   const { db, cleanup } = await newDatabase(kind, server)
   const consumer = await reader(redis, impl, topic)
-  const env = environment(impl, db, { BENCH_BROKER_CHILD: 'yes', BENCH_TOPIC: topic, BENCH_PER_TX: String(perTx), BENCH_COUNT: String(count) },
-    { requires: { broker: brokerService(impl, redis) } })
-  const producer = start('broker.js', env, execArgv)
-  const exited = new Promise(resolve => producer.once('exit', resolve))
+  const extra = { BENCH_BROKER_CHILD: 'yes', BENCH_TOPIC: topic, BENCH_PER_TX: String(perTx), BENCH_COUNT: String(count), BENCH_PROFILE_FILE: profileFile ?? '' }
+  const producer = start('broker.js', environment(impl, db, extra, { requires: { broker: brokerService(impl, redis) } }))
   try {
     await nextMessage(producer, m => m.ready)
     const produced = nextMessage(producer, m => 'commits' in m)
     producer.send({ go: true })
     const { commits, startAt, endAt } = await produced
     await consumer.received(count, config.arrivalTimeout)
-    if (execArgv) await exited // the profile is written when the producer exits by itself
     const arrived = consumer.arrivals.slice()
     const last = Math.max(...arrived.map(([, at]) => at))
     const latencies = arrived.map(([tx, at]) => at - commits[tx])
@@ -178,13 +194,12 @@ async function measure({ kind, impl, perTx, rep, server, redis, execArgv }) {
   }
 }
 
-/** The plugin's producer under `node --cpu-prof` (SQLite, 100 events per transaction): top frames by self CPU. */
-async function profile(redis) {
+/** The plugin's producer profiled over the measured window (`perTx` events per transaction): top frames by self CPU. */
+async function profile(redis, kind, server, perTx) {
   const { analyse } = require('./profile')
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-broker-profile-'))
-  const result = await measure({ kind: 'sqlite', impl: 'plugin', perTx: 100, rep: 'profile', redis, execArgv: ['--cpu-prof', '--cpu-prof-dir', dir] })
-  const file = path.join(dir, fs.readdirSync(dir).find(f => f.endsWith('.cpuprofile')))
-  return { result, analysis: analyse(file), file }
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-broker-profile-')), `producer-${kind}-${perTx}.cpuprofile`)
+  const result = await measure({ kind, impl: 'plugin', perTx, rep: 'profile', server, redis, profileFile: file })
+  return { kind, perTx, result, analysis: analyse(file), file }
 }
 
 const fixed = (value, digits) => (Number.isFinite(value) ? value.toFixed(digits) : '—')
@@ -228,11 +243,12 @@ function render({ results, startedAt, finishedAt, loadBefore, loadAfter, profile
   }
   lines.push('', 'Target (issue 24): ≥ 5× CAP\'s throughput and a p99 below CAP\'s p50.', '')
   for (const v of verdicts) lines.push(`- ${v.kind}, ${v.perTx} per transaction: ${v.met ? 'met' : '**not met**'} (throughput ${times(v.throughput)}, p99 ÷ CAP p50 ${times(v.latency)})`)
-  if (profiled) {
-    const { result, analysis, file } = profiled
-    lines.push('', `## Where the plugin's producer spends its CPU (\`node --cpu-prof\`, SQLite, 100 events per transaction, ${result.count} events)`, '',
-      `${rate(result.perSecond)} events/s under the profiler; ${analysis.busySamples} busy samples; profile: \`${file}\` (Chrome DevTools).`, '',
+  for (const { kind, perTx, result, analysis, file } of profiled ?? []) {
+    lines.push('', `## Where the plugin's producer spends its CPU: ${kind}, ${perTx} per transaction`, '',
+      `V8's CPU profiler (as \`node --cpu-prof\`) over the measured window only (commits and relay until the queue table is empty; not the start), ` +
+      `${result.count} events: ${rate(result.perSecond)} events/s in this run, ${rate(result.commitsPerSecond)} commits/s; ${analysis.busySamples} busy of ${analysis.samples} samples (the rest: the process idle, waiting for the database, Redis or the CPU); profile: \`${file}\` (Chrome DevTools).`, '',
       '| self CPU by package | share of busy samples |', '|---|---:|', ...analysis.byPackage.map(([k, v]) => `| ${k} | ${v} |`), '',
+      '| inclusive: samples with this function on the stack | share |', '|---|---:|', ...analysis.inclusive.map(([k, v]) => `| ${k} | ${v} |`), '',
       '| top functions, self CPU | share |', '|---|---:|', ...analysis.functions.map(([k, v]) => `| ${k} | ${v} |`))
   }
   return { text: lines.join('\n') + '\n', verdicts }
@@ -265,8 +281,11 @@ async function parent() {
     const missed = verdicts.some(v => !v.met)
     let profiled
     if (config.profile === '1' || (config.profile !== '0' && missed)) {
-      log('profiling the plugin\'s producer (SQLite, 100 events per transaction)')
-      profiled = await profile(redis)
+      profiled = []
+      for (const [kind, perTx] of PROFILED.filter(([kind]) => config.dbs.includes(kind))) {
+        log(`profiling the plugin's producer (${kind}, ${perTx} per transaction)`)
+        profiled.push(await profile(redis, kind, server, perTx))
+      }
     }
     const redisVersion = require('child_process').execFileSync(process.env.REDIS_SERVER ?? '/usr/bin/redis-server', ['--version'], { encoding: 'utf8' }).match(/v=(\S+)/)?.[1]
     const { text } = render({ results, startedAt, finishedAt: new Date(), loadBefore, loadAfter: os.loadavg(), profiled, redisVersion })

@@ -74,6 +74,7 @@ function analyse(file) {
   const busy = total - (self.get('(idle)') ?? 0)
   const share = n => `${((100 * n) / busy).toFixed(1)}%`
   return {
+    samples: total,
     busySamples: busy,
     byPackage: [...self].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, 10).map(([k, v]) => [k, share(v)]),
     inclusive: [...inclusive].filter(([, v]) => v > 0).map(([k, v]) => [k, share(v)]),
