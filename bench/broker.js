@@ -202,9 +202,7 @@ async function profile(redis, kind, server, perTx) {
   return { kind, perTx, result, analysis: analyse(file), file }
 }
 
-const fixed = (value, digits) => (Number.isFinite(value) ? value.toFixed(digits) : '—')
-const rate = value => (Number.isFinite(value) ? Math.round(value).toLocaleString('en-US') : '—')
-const times = value => (Number.isFinite(value) ? `${value.toFixed(2)}×` : '—')
+const { fixed, rate, times } = require('./support/report')
 
 function render({ results, startedAt, finishedAt, loadBefore, loadAfter, profiled, redisVersion }) {
   const { median } = require('./support/stats')
