@@ -74,6 +74,7 @@ function analyse(file) {
   const busy = total - (self.get('(idle)') ?? 0)
   const share = n => `${((100 * n) / busy).toFixed(1)}%`
   return {
+    samples: total,
     busySamples: busy,
     byPackage: [...self].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, 10).map(([k, v]) => [k, share(v)]),
     inclusive: [...inclusive].filter(([, v]) => v > 0).map(([k, v]) => [k, share(v)]),
@@ -149,7 +150,12 @@ async function main() {
   }
 }
 
-main().catch(e => {
-  console.error(e)
-  process.exitCode = 1
-})
+// bench/broker.js reads its producer's profile with analyse()
+if (require.main === module) {
+  main().catch(e => {
+    console.error(e)
+    process.exitCode = 1
+  })
+}
+
+module.exports = { analyse }

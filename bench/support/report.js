@@ -312,4 +312,4 @@ function keptFindings(previous) {
   return at < 0 ? `\n${FINDINGS}\n` : '\n' + previous.slice(at)
 }
 
-module.exports = { render, keptFindings }
+module.exports = { render, keptFindings, fixed, rate, times }
