@@ -16,16 +16,22 @@ function pluginTables(): Map<string, string> {
 
 /** The plugin's table whose absence `error` reports, in the current database's words; undefined for any other error. */
 export function missingTable(error: unknown): string | undefined {
-  if (!(error instanceof Error)) return undefined
-  const table = dialectFor(cds.db?.kind).missingTable(error as Error & { code?: unknown })
+  // not `instanceof Error`: a driver's error class may come from another realm (a native module loaded once)
+  const { message, code } = (error ?? {}) as { message?: unknown; code?: unknown }
+  if (typeof message !== 'string') return undefined
+  const table = dialectFor(cds.db?.kind).missingTable({ message, code })
   return table === undefined ? undefined : pluginTables().get(table.toLowerCase())
 }
 
-/** What to do about the missing `table`, and where it is missing: the tenant's database, or the app's. */
-export function missingTableLine(table: string, tenant: string | undefined): string {
+/** Where a table is missing: the tenant's database, or the app's (no credentials). */
+function whereMissing(tenant: string | undefined): string {
   const db = (cds.db as { options?: DatabaseConfig } | undefined)?.options
-  const where = tenant !== undefined ? ` in the database of tenant ${tenant}` : db ? ` in ${describeDatabase(db, cds.root)}` : ''
-  return `table ${table} missing${where}: run cds deploy`
+  return tenant !== undefined ? ` in the database of tenant ${tenant}` : db ? ` in ${describeDatabase(db, cds.root)}` : ''
+}
+
+/** What to do about the missing `table`, and where it is missing. */
+export function missingTableLine(table: string, tenant: string | undefined): string {
+  return `table ${table} missing${whereMissing(tenant)}: run cds deploy`
 }
 
 /** A missing table is logged at most this often per database: the runner and the ops page keep trying meanwhile. */
@@ -40,9 +46,10 @@ export function reportedMissingTable(args: unknown[], report: (line: string) => 
   const table = args.map(missingTable).find(Boolean)
   if (table === undefined) return false
   const tenant = cds.context?.tenant ?? undefined
+  const where = whereMissing(tenant)
   const now = Date.now()
-  if (now - (reportedAt.get(tenant ?? '') ?? -Infinity) >= REPEAT_AFTER) {
-    reportedAt.set(tenant ?? '', now)
+  if (now - (reportedAt.get(where) ?? -Infinity) >= REPEAT_AFTER) {
+    reportedAt.set(where, now)
     report(missingTableLine(table, tenant))
   }
   return true
