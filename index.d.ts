@@ -169,8 +169,11 @@ export interface QueueHealth {
   checks: {
     /** The runner has started (once the app listens) and is not shutting down. */
     runner?: { status: HealthStatus }
-    /** The database answers a statement on the queue table within `timeout`; `latency` in ms. */
-    database?: { status: HealthStatus; latency?: number; error?: string }
+    /**
+     * The database answers a statement on the queue table within `timeout`; `latency` in ms. `error`: the failure's
+     * code; 'TABLE_MISSING' with `reason` saying which table and where, when the app runs before `cds deploy`.
+     */
+    database?: { status: HealthStatus; latency?: number; error?: string; reason?: string }
     /** The runner's last claim succeeded; `failures`: claims failed in a row since `lastSucceededAt` (ISO). */
     claims?: { status: HealthStatus; lastSucceededAt: string | null; failures: number }
     /**

@@ -5,6 +5,7 @@ import type { InTenant } from './retention'
 import type { Runner } from './runner/runner'
 import type { Settings } from './settings'
 import type { QueueStatistics } from './statistics'
+import { missingTable, missingTableLine } from './store/missing-tables'
 import { iso } from './store/rows'
 import { errorType } from './telemetry/names'
 import { parseDuration } from './time/durations'
@@ -49,6 +50,15 @@ async function within<T>(ms: number, promise: Promise<T>): Promise<T> {
 
 const status = (up: boolean): HealthStatus => (up ? 'UP' : 'DOWN')
 
+/**
+ * A failed check's error by its code; a missing table of the queue (the app served before `cds deploy`) also says
+ * which and what to do, as the log does: no secret in that, and the one thing an operator needs.
+ */
+function failure(error: unknown, tenant: string | undefined): { error: string; reason?: string } {
+  const table = missingTable(error)
+  return table === undefined ? { error: errorType(error) } : { error: 'TABLE_MISSING', reason: missingTableLine(table, tenant) }
+}
+
 export class Health {
   private last: HealthStatus = 'UP'
 
@@ -85,7 +95,7 @@ export class Health {
       return { status: 'UP', latency: Date.now() - started }
     } catch (e) {
       errors.push(e)
-      return { status: 'DOWN', error: errorType(e) }
+      return { status: 'DOWN', ...failure(e, metaTenant()) }
     }
   }
 

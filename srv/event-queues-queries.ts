@@ -4,7 +4,7 @@ import type { QueueRegistry } from '../lib/queues'
 import type { QueueSettings, StoreChoice } from '../lib/interfaces'
 import { storeFor } from '../lib/store/choose'
 import type { QueueStore } from '../lib/store/queue-store'
-import { deadLettersCqn, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
+import { deadLettersCqn, DUE_SINCE, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
 import { clock } from '../lib/time/clock'
 import { pauseQueue, resumeQueue, withControls, type ControlFields } from '../lib/controls/operator'
 import { withDuplicates } from '../lib/receipts/statistics'
@@ -238,13 +238,15 @@ export class OperatorQueries {
 
   /**
    * Makes dead letters due now with a fresh retry budget. `lastError` stays, so the operator still sees why the
-   * message failed until the next attempt overwrites it. Rows that stopped being dead letters meanwhile are skipped.
+   * message failed until the next attempt overwrites it; `lastAttemptTimestamp` is the revive, which its lag counts
+   * from (`DUE_SINCE`). Rows that stopped being dead letters meanwhile are skipped.
    */
   async revive(IDs: string[]): Promise<number> {
+    const now = new Date(clock.now()).toISOString()
     let revived = 0
     for (const some of chunks(IDs)) {
       revived += await UPDATE(MESSAGES)
-        .set({ attempts: 0, dueAt: new Date(clock.now()).toISOString(), ...UNCLAIMED.cqn })
+        .set({ attempts: 0, dueAt: now, lastAttemptTimestamp: now, ...UNCLAIMED.cqn })
         .where({ ID: { in: some } })
         .and(this.deadLetters())
     }
@@ -283,7 +285,7 @@ export class OperatorQueries {
 
   private async count(where: object, alive: boolean): Promise<Map<string, Counted>> {
     const query = SELECT.from(MESSAGES)
-      .columns('target', 'service', 'event', 'count(1) as count', 'min(timestamp) as oldest')
+      .columns('target', 'service', 'event', 'count(1) as count', `min(${DUE_SINCE}) as oldest`)
       .where(this.own)
       .and(this.deadLetters(!alive))
       .groupBy('target', 'service', 'event')
@@ -301,7 +303,7 @@ export class OperatorQueries {
     const pending = await this.count({ status: null }, true)
     const processing = await this.count({ status: PROCESSING }, true)
     const dead = await this.count({}, false)
-    // Delayed messages carry their due time in `timestamp`: they are not late before it.
+    // Delayed messages carry their due time in `timestamp`: they are not late before it (`oldest`: see DUE_SINCE).
     const due = await this.count({ status: null, timestamp: { '<=': new Date(now).toISOString() } }, true)
     const groups = new Map([...pending, ...processing, ...dead].map(([key, r]) => [key, r]))
     const counted = [...groups.keys()].sort().map(key => {

@@ -1,12 +1,14 @@
 const { startApp } = require('./support/app')
 const { waitFor } = require('./support/wait')
-const { MESSAGES } = require('./support/outbox')
+const { MESSAGES, capRow } = require('./support/outbox')
+const { eventQueues } = require('../lib/plugin')
 const cds = require('@sap/cds')
 
 const { OPERATOR_USERS: USERS } = require('./support/operators')
-// A long poll interval: a revived message that runs at once was woken, not found by a poll.
+// A long poll interval: a revived message that runs at once was woken, not found by a poll. The statistics behind
+// health's lag are read at most once a second.
 const app = startApp({
-  requires: { auth: { kind: 'mocked', users: USERS }, queue: { pollInterval: '1h' } },
+  requires: { auth: { kind: 'mocked', users: USERS }, queue: { pollInterval: '1h', statisticsInterval: '1s' } },
   log: { levels: { odata: 'warn', error: 'error' } }
 })
 
@@ -224,6 +226,33 @@ describe('dead letters', () => {
     expect(byQueue.queue.relayLag).toBeGreaterThanOrEqual(Math.floor((asked - enqueued) / 1000))
     expect(byQueue.queue.relayLag).toBeLessThanOrEqual(Math.ceil((answered - enqueued) / 1000))
     await waitFor(() => calls.includes(11), { what: 'the processing message to finish' })
+  })
+
+  test('a dead letter enqueued an hour ago lags from its revive: statistics, health and the ops page do not jump to its age', async () => {
+    const hourAgo = new Date(Date.now() - 3_600_000).toISOString()
+    const dead = { ...capRow({ event: 'ping', service: 'NamedQueue', target: 'slowQueue', data: { n: 30 } }), timestamp: hourAgo }
+    await INSERT.into(MESSAGES).entries({ ...dead, attempts: 2, lastAttemptTimestamp: hourAgo, lastError: 'ping 30 failed', dueAt: null })
+    failing = false
+    // the revived message stays pending while the lag is read
+    const release = eventQueues().runner.hold()
+    try {
+      const revivedAt = Date.now()
+      expect((await ops.post(`/DeadOutboxMessages(${dead.ID})/${ACTION}.revive`)).status).toBe(204)
+      const stats = (await ops.get('/statistics()')).data.value.find(s => s.queue === 'slowQueue')
+      expect(stats).toMatchObject({ pending: 1, dead: 0 })
+      expect(stats.relayLag).toBeLessThan(60)
+      expect(Date.parse(stats.oldestPendingSince)).toBeGreaterThanOrEqual(revivedAt - 1000)
+      // the statistics behind health, metrics and the ops page's lag chart, sampled after the revive
+      const health = await waitFor(async () => {
+        const h = await cds.queued.health({ maxLag: '5m' })
+        return Date.parse(h.checks.lag.sampledAt) >= revivedAt && h
+      }, { what: 'a lag sample after the revive' })
+      expect(health.checks.lag).toMatchObject({ status: 'UP', queue: 'slowQueue' })
+      expect(health.checks.lag.relayLag).toBeLessThan(60)
+    } finally {
+      release()
+    }
+    await waitFor(() => calls.includes(30), { what: 'the revived message to run' })
   })
 })
 

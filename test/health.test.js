@@ -73,10 +73,12 @@ describe('health', () => {
     try {
       const down = await waitFor(async () => {
         const health = await cds.queued.health()
-        return health.checks.claims.failures > 0 && health
+        // a probe of the loaded machine may time out instead: the next one answers
+        return health.checks.claims.failures > 0 && health.checks.database.error !== 'TIMEOUT' && health
       }, { what: 'a failed claim' })
       expect(down.status).toBe('DOWN')
-      expect(down.checks.database).toEqual({ status: 'DOWN', error: expect.any(String) })
+      // the table is named, as an app served before cds deploy has it named (missing-table.test.js)
+      expect(down.checks.database).toEqual({ status: 'DOWN', error: 'TABLE_MISSING', reason: expect.stringMatching(/^table cds_outbox_Messages missing in .+: run cds deploy$/) })
       expect(down.checks.claims).toMatchObject({ status: 'DOWN', lastSucceededAt: expect.any(String) })
     } finally {
       await back()

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { existsSync } from 'fs'
-import { join, resolve } from 'path'
+import { join } from 'path'
 import { OperatorQueries } from '../../srv/event-queues-queries'
 import { waitingForOtherWriters } from '../cap/database-options'
 import { metaTenant } from '../cap/mtxs'
@@ -8,6 +8,7 @@ import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
 import { compileSettings } from '../settings'
 import { readDatabaseClock } from '../store/database-time'
+import { type DatabaseConfig, describeDatabase } from '../store/database-name'
 import type { Invocation } from './args'
 import type { Session } from './commands'
 import type { Streams } from './output'
@@ -18,34 +19,10 @@ const QUIET = ['cds', 'db', 'sqlite', 'postgres', 'pool', 'queue']
 const PLUGIN = 'cds-event-queues'
 const MODEL = join(__dirname, '..', '..', 'db', 'outbox.cds')
 
-/** `cds.requires.db` as the CLI reads it. */
-type DatabaseConfig = {
-  kind?: string
-  client?: Record<string, unknown>
-  credentials?: { url?: unknown; uri?: unknown; database?: unknown; host?: unknown; port?: unknown; schema?: unknown }
-}
-
 /** cds.env as the CLI reads it: which plugins cds found in the project. */
 type ProjectEnv = {
   plugins?: Record<string, unknown>
   requires?: { db?: DatabaseConfig }
-}
-
-const KIND_NAMES: Record<string, string> = { sqlite: 'SQLite', 'better-sqlite': 'SQLite', postgres: 'PostgreSQL', hana: 'SAP HANA' }
-
-/**
- * The database a command opened, as its operator recognises it — a file, or a database and its host — so that an
- * empty answer from the wrong one (a profile not given) shows. Never credentials: no user, password or URL userinfo.
- */
-export function describeDatabase(db: DatabaseConfig, root: string, tenant?: string): string {
-  const { url, uri, database, host, port, schema } = db.credentials ?? {}
-  const kind = KIND_NAMES[db.kind ?? ''] ?? db.kind ?? 'the'
-  const ofTenant = tenant === undefined ? '' : ` (tenant ${tenant})`
-  if (kind === 'SQLite') return `SQLite database ${resolve(root, String(database ?? url))}${ofTenant}`
-  const link = typeof (url ?? uri) === 'string' && URL.canParse(String(url ?? uri)) ? new URL(String(url ?? uri)) : undefined
-  const name = link ? decodeURIComponent(link.pathname.slice(1)) : (database ?? schema)
-  const at = link ? link.host : host === undefined ? undefined : `${String(host)}${port === undefined ? '' : `:${String(port)}`}`
-  return `${kind} database${name ? ` ${String(name)}` : ''}${at ? ` on ${at}` : ''}${ofTenant}`
 }
 
 /**

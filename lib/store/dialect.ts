@@ -44,6 +44,8 @@ export interface Dialect {
    * `lockWhenBegun`. Undefined where row locks serve (PostgreSQL).
    */
   readonly writeLock?: string
+  /** The table an error of this database (its `code` and `message`) says does not exist, as it names it; or undefined. */
+  missingTable(error: { code?: unknown; message: string }): string | undefined
 }
 
 /** Cross-process wake-up: the enqueuing transaction signals, listeners on other connections receive it on commit. */

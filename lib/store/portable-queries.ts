@@ -1,6 +1,6 @@
 import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import { iso, newRow } from './rows'
-import { BLOCKS_NOTHING, deadLettersCqn, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -304,10 +304,13 @@ export function deadByQueue(own: Cqn, limits: AttemptLimits): Query {
   return SELECT.from(ENTITY).columns('target', 'count(1) as count').where(all(own, deadLettersCqn(limits))).groupBy('target')
 }
 
-/** Per queue, since when its oldest pending message is due at `now` (delayed messages carry their due time in `timestamp`). */
+/**
+ * Per queue, since when its oldest pending message is due at `now` (delayed messages carry their due time in
+ * `timestamp`; a revived one is due from its revive: `DUE_SINCE`).
+ */
 export function oldestDue(own: Cqn, limits: AttemptLimits, now: number): Query {
   return SELECT.from(ENTITY)
-    .columns('target', 'min(timestamp) as oldest')
+    .columns('target', `min(${DUE_SINCE}) as oldest`)
     .where(all(own, isNull('status'), compare('timestamp', '<=', iso(now)), deadLettersCqn(limits, false)))
     .groupBy('target')
 }

@@ -34,5 +34,7 @@ export const postgres: Dialect = {
   indexesOf: table =>
     `SELECT indexname AS "name" FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '${table.toLowerCase()}'`,
   renewsOutsideThePool: true,
-  execute: (connection, sql, params) => executeOnPostgres(connection, sql, params)
+  execute: (connection, sql, params) => executeOnPostgres(connection, sql, params),
+  // undefined_table; the name as folded to lower case, maybe with its schema
+  missingTable: ({ code, message }) => (code === '42P01' ? /relation "(?:[^"]+\.)?([^".]+)" does not exist/.exec(message)?.[1] : undefined)
 }

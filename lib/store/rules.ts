@@ -164,6 +164,15 @@ export interface Retentions {
 }
 
 /**
+ * Since when a pending message is due, which its relay lag counts from: its `timestamp` (its enqueue, a delayed
+ * message's `after`), also while a failed attempt waits for its retry; a revived dead letter that has not failed again
+ * (attempts 0, its last error kept) from the revive, which sets `lastAttemptTimestamp` (CAP's runner waits on that
+ * column only after attempts). Rows handed back unstarted keep their claim's `lastAttemptTimestamp` but no last error:
+ * they count from `timestamp`. One expression for SQL and CQL (CXL) alike.
+ */
+export const DUE_SINCE = 'CASE WHEN attempts = 0 AND lastError IS NOT NULL AND lastAttemptTimestamp > timestamp THEN lastAttemptTimestamp ELSE timestamp END'
+
+/**
  * Rows past their queue's dead-letter retention at `now`, counted from their last attempt (when they became dead
  * letters; from enqueue for rows without one); undefined if every queue keeps its dead letters.
  */

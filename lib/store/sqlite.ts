@@ -15,5 +15,7 @@ export const sqlite: Dialect = {
   renewsOutsideThePool: false,
   // a write that changes nothing: BEGIN IMMEDIATE within the transaction CAP began (deferred)
   writeLock: `UPDATE ${TABLE} SET ID = ID WHERE 1 = 0`,
-  execute: executeOnSqlite
+  execute: executeOnSqlite,
+  // its code, SQLITE_ERROR, is that of any error: only the message tells; the table may carry its schema ("main.")
+  missingTable: ({ message }) => /\bno such table: (?:\w+\.)?(\w+)/.exec(message)?.[1]
 }

@@ -1,7 +1,7 @@
 import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { BLOCKS_NOTHING, deadLettersSql, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
+import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
@@ -388,7 +388,8 @@ export function claimsOf(dialect: Dialect, owners: string[]): Fragment {
 
 /**
  * Per queue of this app (`own`), in one pass over the table: pending, processing and dead messages, and when the
- * oldest pending message that is due at `now` was due (delayed messages carry their due time in `timestamp`).
+ * oldest pending message that is due at `now` was due (delayed messages carry their due time in `timestamp`; a
+ * revived one is due from its revive: `DUE_SINCE`).
  */
 export function queueStatistics(dialect: Dialect, own: Fragment, limits: AttemptLimits, now: number): Fragment {
   const dead = deadLettersSql(limits)
@@ -398,7 +399,7 @@ export function queueStatistics(dialect: Dialect, own: Fragment, limits: Attempt
         SUM(CASE WHEN status IS NULL AND ${alive.sql} THEN 1 ELSE 0 END) AS "pending",
         SUM(CASE WHEN status = '${PROCESSING}' AND ${alive.sql} THEN 1 ELSE 0 END) AS "processing",
         SUM(CASE WHEN ${dead.sql} THEN 1 ELSE 0 END) AS "dead",
-        ${dialect.isoText(`MIN(CASE WHEN status IS NULL AND timestamp <= ? AND ${alive.sql} THEN timestamp END)`)} AS "oldestDue"
+        ${dialect.isoText(`MIN(CASE WHEN status IS NULL AND timestamp <= ? AND ${alive.sql} THEN ${DUE_SINCE} END)`)} AS "oldestDue"
       FROM ${TABLE} WHERE ${own.sql} GROUP BY target`,
     params: [...alive.params, ...alive.params, ...dead.params, iso(now), ...alive.params, ...own.params]
   }
