@@ -57,8 +57,10 @@ export async function openSession(streams: Streams, { command, options }: Invoca
   }
   const db = env.requires?.db
   if (!db) throw invalid(`cds.requires.db of the project in ${root}`, db, 'a database configuration (kind and credentials); is the right --profile given?')
+  // Only SQLite has in-memory databases: a PostgreSQL profile merged over a project's SQLite `url: ':memory:'` (as
+  // `cds.requires.db` merges a profile's credentials into the default's) still names a real database.
   const location = db.credentials?.url ?? db.credentials?.database
-  if (location === ':memory:') throw invalid(`cds.requires.db.credentials of the project in ${root}`, db.credentials, 'a persistent database: an in-memory one has no queue to operate on')
+  if (/sqlite/.test(db.kind ?? '') && location === ':memory:') throw invalid(`cds.requires.db.credentials of the project in ${root}`, db.credentials, 'a persistent database: an in-memory one has no queue to operate on')
   for (const id of QUIET) cds.log(id, 'warn')
 
   const tenant = tenantOf(command, options.tenant)
