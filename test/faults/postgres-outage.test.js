@@ -1,6 +1,6 @@
-const { startServer, haltServer, restartServer, stopServer, createDatabase, newDatabaseName, withClient, dbConfig } = require('../support/postgres')
-const { startInstance, stopInstance, enqueueFromAnotherProcess } = require('../support/instances')
-const { counts, drained } = require('../support/faults')
+const { haltServer, restartServer } = require('../support/postgres')
+const { startInstance, enqueueFromAnotherProcess } = require('../support/instances')
+const { privatePostgres, counts, drained } = require('../support/faults')
 const { waitFor, sleep } = require('../support/wait')
 
 const MESSAGES = 2000
@@ -8,41 +8,28 @@ const OUTAGE = 5000
 
 // A server of its own: stopping it must not disturb the other suites' databases.
 describe('faults: PostgreSQL outage', () => {
-  let server, db
-  const running = []
-  const database = newDatabaseName()
-  const query = async sql => (await withClient(client => client.query(sql), database, server)).rows
-
-  beforeAll(async () => {
-    server = await startServer()
-    await createDatabase(database, server)
-    db = dbConfig(database, server)
-  }, 60000)
-  afterAll(async () => {
-    await Promise.all(running.map(child => stopInstance(child)))
-    if (server) await stopServer(server)
-  })
+  const pg = privatePostgres()
 
   test('the database stops for 5 s mid-drain: instances log it, back off, recover without restart, lose nothing', async () => {
-    await enqueueFromAnotherProcess(db, MESSAGES, {}, { deploy: true })
+    await enqueueFromAnotherProcess(pg.db, MESSAGES, {}, { deploy: true })
     const queue = { timeout: '3s', concurrency: 5, pollInterval: '500ms' }
     const env = { HANDLER_MS: '40', CDS_LOG_LEVELS_QUEUE: 'info' }
-    for (const name of ['A', 'B']) running.push(await startInstance(db, { name, queue, env: { ...env } }))
-    await waitFor(async () => (await counts(query)).handled >= MESSAGES / 5, { timeout: 60000, what: 'a fifth of the drain' })
-    const before = await counts(query)
-    await haltServer(server)
+    for (const name of ['A', 'B']) pg.running.push(await startInstance(pg.db, { name, queue, env: { ...env } }))
+    await waitFor(async () => (await counts(pg.query)).handled >= MESSAGES / 5, { timeout: 60000, what: 'a fifth of the drain' })
+    const before = await counts(pg.query)
+    await haltServer(pg.server)
     const down = Date.now()
     await sleep(OUTAGE)
-    await restartServer(server)
+    await restartServer(pg.server)
     const up = Date.now()
     const handledBy = async () =>
-      Object.fromEntries((await query(`SELECT note, COUNT(*)::int AS n FROM test_records WHERE kind = 'handled' GROUP BY note`)).map(r => [r.note, r.n]))
+      Object.fromEntries((await pg.query(`SELECT note, COUNT(*)::int AS n FROM test_records WHERE kind = 'handled' GROUP BY note`)).map(r => [r.note, r.n]))
     const atRestart = await handledBy()
-    const final = await drained(query, MESSAGES)
+    const final = await drained(pg.query, MESSAGES)
     const recovered = Date.now()
     const atEnd = await handledBy()
     expect(final).toEqual({ pending: 0, processing: 0, dead: 0, runs: MESSAGES, handled: MESSAGES })
-    for (const child of running) {
+    for (const child of pg.running) {
       // the same processes, never restarted, said what happened (the tail of its output shows why if not)
       expect({ exitCode: child.exitCode, tail: child.exitCode === null ? '' : child.output.slice(-3000) }).toEqual({ exitCode: null, tail: '' })
       // It noticed: a claim, a renewal, an outcome or the reconciliation failed (a slot can hold a batch through the
@@ -54,7 +41,7 @@ describe('faults: PostgreSQL outage', () => {
     expect(['A', 'B'].filter(name => handledAfterRestart(name) === 0)).toEqual([])
     console.log('PostgreSQL outage:', JSON.stringify({
       handledBeforeOutage: before.handled, outageMs: up - down, drainAfterRestartMs: recovered - up,
-      logLines: running.map(c => c.output.split('\n').filter(l => /\[queue\]/.test(l)).length)
+      logLines: pg.running.map(c => c.output.split('\n').filter(l => /\[queue\]/.test(l)).length)
     }))
   })
 })

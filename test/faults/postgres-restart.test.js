@@ -1,6 +1,6 @@
-const { startServer, haltServer, restartServer, stopServer, createDatabase, newDatabaseName, withClient, dbConfig } = require('../support/postgres')
-const { startInstance, stopInstance, enqueueFromAnotherProcess } = require('../support/instances')
-const { counts } = require('../support/faults')
+const { haltServer, restartServer } = require('../support/postgres')
+const { startInstance, enqueueFromAnotherProcess } = require('../support/instances')
+const { privatePostgres, counts } = require('../support/faults')
 const { waitFor } = require('../support/wait')
 
 const MESSAGES = 3000
@@ -13,41 +13,28 @@ const RESTARTS = 5
  * wanted it, not end `cds serve` (pg emits it as an 'error' event of the client).
  */
 describe('faults: PostgreSQL restarts while the pool opens connections', () => {
-  let server, db
-  const running = []
-  const database = newDatabaseName()
-  const query = async sql => (await withClient(client => client.query(sql), database, server)).rows
-
-  beforeAll(async () => {
-    server = await startServer()
-    await createDatabase(database, server)
-    db = dbConfig(database, server)
-  }, 60000)
-  afterAll(async () => {
-    await Promise.all(running.map(child => stopInstance(child)))
-    if (server) await stopServer(server)
-  })
+  const pg = privatePostgres()
 
   test(`${RESTARTS} restarts while connections are being created: the process keeps serving and drains every message`, async () => {
-    await enqueueFromAnotherProcess(db, MESSAGES, {}, { deploy: true })
+    await enqueueFromAnotherProcess(pg.db, MESSAGES, {}, { deploy: true })
     // generic-pool evicts connections idle for 5 ms every 5 ms: each batch of handlers creates its connections anew
-    const churning = { ...db, pool: { min: 0, max: 10, idleTimeoutMillis: 5, evictionRunIntervalMillis: 5 } }
+    const churning = { ...pg.db, pool: { min: 0, max: 10, idleTimeoutMillis: 5, evictionRunIntervalMillis: 5 } }
     const queue = { timeout: '3s', concurrency: 10, pollInterval: '200ms' }
     const child = await startInstance(churning, { name: 'A', queue, env: { CDS_LOG_LEVELS_QUEUE: 'info' } })
-    running.push(child)
+    pg.running.push(child)
     // cds serve logs an uncaught error, then shuts down (exit code 0)
     const alive = () => ({ exitCode: child.exitCode, uncaught: child.output.match(/Uncaught .*/g) ?? [] })
     for (let restart = 1; restart <= RESTARTS; restart++) {
       // restart mid-drain, each time once the process handled more since the last one (it recovered)
-      const { handled } = await counts(query)
-      await waitFor(async () => child.exitCode !== null || (await counts(query)).handled > handled, { timeout: 60000, what: `progress before restart ${restart}` })
+      const { handled } = await counts(pg.query)
+      await waitFor(async () => child.exitCode !== null || (await counts(pg.query)).handled > handled, { timeout: 60000, what: `progress before restart ${restart}` })
       expect(alive()).toEqual({ exitCode: null, uncaught: [] })
-      await haltServer(server)
-      await restartServer(server)
+      await haltServer(pg.server)
+      await restartServer(pg.server)
     }
     // the drain, or the process's end (then its output says why)
     const final = await waitFor(async () => {
-      const c = await counts(query)
+      const c = await counts(pg.query)
       return child.exitCode !== null || (c.pending === 0 && c.handled >= MESSAGES && c)
     }, { timeout: 300000, interval: 200, what: `${MESSAGES} handled messages and an empty queue` })
     expect(alive()).toEqual({ exitCode: null, uncaught: [] })

@@ -126,4 +126,26 @@ async function expectNothingLostUnderKills({ database, query, messages, workers,
   }
 }
 
-module.exports = { counts, sideEffectsFile, sideEffects, killWhileDraining, drained, stopAll, expectNothingLostUnderKills }
+/**
+ * A PostgreSQL server of the suite's own with one database, for suites that stop or restart their server (the other
+ * suites' databases must not notice): started before the suite; after it, the app processes the suite put in
+ * `running` are stopped, then the server. `server` and `db` (its `cds.requires.db`) are set once the suite started;
+ * `query(sql)` resolves to rows.
+ */
+function privatePostgres() {
+  const postgres = require('./postgres')
+  const own = { server: undefined, db: undefined, running: [], database: postgres.newDatabaseName() }
+  own.query = async sql => (await postgres.withClient(client => client.query(sql), own.database, own.server)).rows
+  beforeAll(async () => {
+    own.server = await postgres.startServer()
+    await postgres.createDatabase(own.database, own.server)
+    own.db = postgres.dbConfig(own.database, own.server)
+  }, 60000)
+  afterAll(async () => {
+    await Promise.all(own.running.map(child => stopInstance(child)))
+    if (own.server) await postgres.stopServer(own.server)
+  })
+  return own
+}
+
+module.exports = { privatePostgres, counts, sideEffectsFile, sideEffects, killWhileDraining, drained, stopAll, expectNothingLostUnderKills }
