@@ -65,13 +65,13 @@ describe('leases and due times follow the database clock, whatever a process clo
 
   test('a message running here with timeout 30s is not taken over by an instance whose clock runs 40 s ahead', async () => {
     await cds.tx(() => cds.queued(target).emit('record', { gated: true }))
-    const ID = await waitFor(() => runs[runs.length - 1], { what: 'the gated message to start here' })
+    const ID = await waitFor(() => runs[runs.length - 1], { timeout: 45000, what: 'the gated message to start here' })
     // its lease ends 30 s from now; to the instance ahead, that was 10 s ago
     await post(ahead, '/flush')
     expect(ranElsewhere(ID)).toBe(false)
     expect(await SELECT.one.from(MESSAGES).columns('status', 'attempts').where({ ID })).toEqual({ status: 'processing', attempts: 0 })
     open()
-    await waitFor(async () => !(await SELECT.one.from(MESSAGES).where({ ID })), { what: 'the gated message to complete here' })
+    await waitFor(async () => !(await SELECT.one.from(MESSAGES).where({ ID })), { timeout: 45000, what: 'the gated message to complete here' })
     expect(runs.filter(r => r === ID)).toHaveLength(1)
     expect(ranElsewhere(ID)).toBe(false)
   })
@@ -99,7 +99,7 @@ describe('leases and due times follow the database clock, whatever a process clo
     const failed = await waitFor(async () => {
       const row = await SELECT.one.from(MESSAGES).columns('ID', 'status', 'attempts', 'lastError').where({ event: 'unavailable' })
       return row?.attempts >= 1 && row.status === null && row
-    }, { what: 'the first attempt to fail' })
+    }, { timeout: 45000, what: 'the first attempt to fail' })
     // it failed in the instance behind, which wrote the retry's due time, and nobody has run it again since
     expect(failed).toMatchObject({ attempts: 1, lastError: expect.stringContaining('seen by instance behind') })
     await cds.flush()
@@ -109,7 +109,7 @@ describe('leases and due times follow the database clock, whatever a process clo
   test('a message running in an instance whose clock runs 40 s behind is not taken over here', async () => {
     // its `record` with n = 0 runs for a minute, claimed at enqueue under a lease of 30 s
     await post(behind, '/enqueue', { from: 0, count: 1, event: 'record' })
-    const ID = await waitFor(() => [...sideEffects(behindEffects).keys()][0], { what: 'the slow message to start in the instance behind' })
+    const ID = await waitFor(() => [...sideEffects(behindEffects).keys()][0], { timeout: 45000, what: 'the slow message to start in the instance behind' })
     await cds.flush()
     expect(runs).not.toContain(ID)
     expect(sideEffects(aheadEffects).has(ID)).toBe(false)
