@@ -10,14 +10,15 @@ describe("the queue's clock", () => {
   const T = Date.parse('2026-12-01T10:00:00.000Z')
 
   /**
-   * Whether `clock` says a time between `low` and `high` (epoch ms at the monotonic time `at`), advanced to now; a
-   * pause while it is asked adds nothing.
+   * Whether `clock` says a time between `low` and `high` (epoch ms at the monotonic time `at`), advanced to now, to
+   * the millisecond; a pause while it is asked adds nothing.
    */
   function between(clock, low, high, at) {
     const before = performance.now()
     const now = clock.now()
     const after = performance.now()
-    return now >= low + (before - at) - 0.01 && now <= high + (after - at) + 0.01
+    // the clock says whole milliseconds: rounding moves it by up to half of one
+    return now >= low + (before - at) - 0.51 && now <= high + (after - at) + 0.51
   }
 
   /** Whether `clock` says the process's own time. */
@@ -38,6 +39,15 @@ describe("the queue's clock", () => {
     // a round trip of 10 ms: the database's time at `received` is between `time` and `time` + 10 (+ 1 ms resolution)
     clock.adjust({ time, sent: received - 10, received })
     expect(between(clock, time - 1, time + 11, received)).toBe(true)
+  })
+
+  test('where it corrects the process\'s clock it says whole milliseconds, as the table stores them', () => {
+    // a claim compares the claimedAt it wrote with the one it reads back: a fraction of a millisecond is lost in the
+    // table, and the claim would not recognize its own row
+    const clock = new DatabaseClock()
+    const received = performance.now()
+    clock.adjust({ time: Date.now() + 40_000, sent: received - 0.37, received })
+    for (let i = 0; i < 50; i++) expect(Number.isInteger(clock.now())).toBe(true)
   })
 
   test("where the process's clock agrees with the readings, it is the process's clock", () => {

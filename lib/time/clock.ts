@@ -45,7 +45,8 @@ export class DatabaseClock {
     const e = this.estimate
     if (!e) return own
     const { low, high } = advanced(e, performance.now())
-    return Math.min(Math.max(own, low), high)
+    // whole milliseconds, as the table stores times: a claim recognizes its rows by the claimedAt it wrote
+    return Math.round(Math.min(Math.max(own, low), high))
   }
 
   /** Whether the database's clock was read at all: until then `now()` is only the process's own clock. */
