@@ -14,7 +14,7 @@ const ROOT = path.join(__dirname, '..')
 const EXAMPLE = path.join(ROOT, 'examples', 'travel')
 const cli = (args, cwd) => promisify(execFile)(process.execPath, [require.resolve('@sap/cds-dk/bin/cds.js'), ...args], { cwd, timeout: 120000 })
 
-const COLUMNS = ['dueAt TIMESTAMP DEFAULT CURRENT_TIMESTAMP', 'claimedBy NVARCHAR(255)', 'claimedAt TIMESTAMP', 'orderingKey NVARCHAR(255)', 'service NVARCHAR(255)', 'event NVARCHAR(255)']
+const COLUMNS = ['dueAt TIMESTAMP DEFAULT CURRENT_TIMESTAMP', 'claimedBy NVARCHAR(255)', 'claimedAt TIMESTAMP', 'interrupted INTEGER DEFAULT 0', 'orderingKey NVARCHAR(255)', 'service NVARCHAR(255)', 'event NVARCHAR(255)']
 const INDEX = 'UNIQUE INVERTED INDEX cds_outbox_Messages_due ON cds_outbox_Messages (appid, dueAt, ID)'
 
 describe('SAP HANA artifacts', () => {
@@ -22,8 +22,10 @@ describe('SAP HANA artifacts', () => {
     const { stdout } = await cli(['compile', 'db/outbox.cds', '--to', 'hana'], ROOT)
     expect(stdout).toContain('COLUMN TABLE cds_outbox_Messages (')
     for (const column of ['msg NCLOB', 'attempts INTEGER DEFAULT 0', 'lastAttemptTimestamp TIMESTAMP', 'status NVARCHAR(23)', ...COLUMNS]) expect(stdout).toContain(column)
-    // the index is HANA's only: db/hana.cds, not part of the model other databases deploy
-    expect(stdout).not.toContain('INDEX')
+    // the claim's index is HANA's only: db/hana.cds, not part of the model other databases deploy (the receipts'
+    // pruning index is a unique constraint of the model, deployed on every database)
+    expect(stdout).not.toContain('INDEX cds_outbox_Messages')
+    expect(stdout).toContain('UNIQUE INVERTED INDEX cds_outbox_Receipts_expiry ON cds_outbox_Receipts (expiresAt, scope, ID)')
   })
 
   test('cds compile db/hana.cds --to hana adds the claim\'s index as an .hdbindex', async () => {
