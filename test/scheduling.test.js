@@ -497,13 +497,14 @@ describe('scheduling', () => {
 
       const window = 3000
       const count = await statementsDuring(window)
-      // one poll per pollInterval: a claim, a look at the next due time and the reconciliation, each a short
-      // transaction (on PostgreSQL about 18 statements at the driver with BEGIN, session variables and COMMIT); a
-      // busy loop (CAP's setTimeout overflow, W14) runs thousands of statements in this time
+      // one poll per pollInterval: a claim, a look at the next due time, the reconciliation with its hold-back and
+      // the reading of the database's clock, each a short transaction (on PostgreSQL about 25 statements at the
+      // driver with BEGIN, session variables and COMMIT; 437 were counted in 3 s); a busy loop (CAP's setTimeout
+      // overflow, W14) runs thousands of statements in this time
       const polls = window / POLL
       console.log(`statements at the driver during ${window} ms with tasks due in 30 and 90 days: ${count}`)
       expect(count).toBeGreaterThan(0)
-      expect(count).toBeLessThanOrEqual(25 * (polls + 2))
+      expect(count).toBeLessThanOrEqual(40 * (polls + 2))
       expect(runsOf('far')).toHaveLength(0)
       expect(runsOf('monthly')).toHaveLength(1)
     })
