@@ -56,38 +56,22 @@ async function child() {
 }
 
 async function parent() {
-  const { startServer, stopServer } = require('./support/postgres')
-  const { newDatabase } = require('./support/databases')
-  const { environment } = require('./support/app')
-  const { runOnce } = require('./support/processes')
+  const { withServer, perVersion } = require('./support/versions')
   const { median } = require('./support/stats')
-  const impls = ['plugin', ...(process.env.BENCH_BASELINE ? ['baseline'] : [])]
-  const server = config.dbs.includes('postgres') ? await startServer() : undefined
-  const rows = []
-  try {
+  const rows = await withServer(config.dbs, async server => {
+    const rows = []
     for (const kind of config.dbs) {
-      const figures = new Map(impls.map(i => [i, { emit: [], insert: [] }]))
-      for (let rep = 0; rep < config.reps; rep++) {
-        for (const impl of rep % 2 ? [...impls].reverse() : impls) {
-          const { db, cleanup } = await newDatabase(kind, server)
-          try {
-            const result = await runOnce('enqueue-claimed.js', environment(impl, db, { BENCH_ENQUEUE_CHILD: 'yes' }))
-            log(kind, impl, `rep ${rep + 1}:`, `emit transaction ${result.emit.toFixed(3)} ms, insert transaction ${result.insert.toFixed(3)} ms`)
-            figures.get(impl).emit.push(result.emit)
-            figures.get(impl).insert.push(result.insert)
-          } finally {
-            await cleanup()
-          }
-        }
-      }
-      for (const [impl, f] of figures) {
-        const [emit, insert] = [median(f.emit), median(f.insert)]
+      const results = await perVersion({
+        script: 'enqueue-claimed.js', kind, server, reps: config.reps, env: { BENCH_ENQUEUE_CHILD: 'yes' },
+        seen: (impl, rep, r) => log(kind, impl, `rep ${rep + 1}:`, `emit transaction ${r.emit.toFixed(3)} ms, insert transaction ${r.insert.toFixed(3)} ms`)
+      })
+      for (const [impl, runs] of results) {
+        const [emit, insert] = [median(runs.map(r => r.emit)), median(runs.map(r => r.insert))]
         rows.push(`| ${kind} | ${impl} | ${emit.toFixed(3)} | ${insert.toFixed(3)} | ${(emit / insert).toFixed(2)} |`)
       }
     }
-  } finally {
-    if (server) await stopServer(server)
-  }
+    return rows
+  })
   console.log(`Transactions of ${config.perTx} emit${config.perTx > 1 ? 's' : ''} claimed at enqueue (median of ${config.reps} processes, ${config.samples} samples each):\n`)
   console.log('| database | version | emit transaction (ms) | insert transaction (ms) | emit ÷ insert |\n|---|---|---|---|---|')
   console.log(rows.join('\n'))

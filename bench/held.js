@@ -82,38 +82,21 @@ async function imported(cds, MESSAGES, msg, count) {
 }
 
 async function parent() {
-  const { startServer, stopServer } = require('./support/postgres')
-  const { newDatabase } = require('./support/databases')
-  const { environment } = require('./support/app')
-  const { runOnce } = require('./support/processes')
+  const { withServer, perVersion } = require('./support/versions')
   const { median } = require('./support/stats')
-
-  const impls = ['plugin', ...(process.env.BENCH_BASELINE ? ['baseline'] : [])]
-  const server = config.dbs.includes('postgres') ? await startServer() : undefined
-  const rows = []
-  try {
+  const rows = await withServer(config.dbs, async server => {
+    const rows = []
     for (const kind of config.dbs) {
       for (const held of config.held) {
-        const figures = new Map(impls.map(i => [i, { claim: [], latency: [] }]))
-        for (let rep = 0; rep < config.reps; rep++) {
-          for (const impl of impls) {
-            const { db, cleanup } = await newDatabase(kind, server)
-            try {
-              const result = await runOnce('held.js', environment(impl, db, { BENCH_HELD_CHILD: 'yes', BENCH_HELD_COUNT: String(held) }))
-              log(kind, impl, `${held} held, rep ${rep + 1}:`, `claim ${result.claim.toFixed(2)} ms,`, `commit → handler ${result.latency.toFixed(2)} ms`)
-              figures.get(impl).claim.push(result.claim)
-              figures.get(impl).latency.push(result.latency)
-            } finally {
-              await cleanup()
-            }
-          }
-        }
-        for (const [impl, f] of figures) rows.push(`| ${kind} | ${impl} | ${held} | ${median(f.claim).toFixed(2)} | ${median(f.latency).toFixed(2)} |`)
+        const results = await perVersion({
+          script: 'held.js', kind, server, reps: config.reps, env: { BENCH_HELD_CHILD: 'yes', BENCH_HELD_COUNT: String(held) },
+          seen: (impl, rep, r) => log(kind, impl, `${held} held, rep ${rep + 1}:`, `claim ${r.claim.toFixed(2)} ms,`, `commit → handler ${r.latency.toFixed(2)} ms`)
+        })
+        for (const [impl, runs] of results) rows.push(`| ${kind} | ${impl} | ${held} | ${median(runs.map(r => r.claim)).toFixed(2)} | ${median(runs.map(r => r.latency)).toFixed(2)} |`)
       }
     }
-  } finally {
-    if (server) await stopServer(server)
-  }
+    return rows
+  })
   console.log(`Messages ${config.imported ? 'others wrote' : 'held back'} behind one key's head (median of ${config.reps} process${config.reps > 1 ? 'es' : ''}):\n`)
   console.log('| database | version | held back | claim finding nothing (ms) | commit → handler, another key (ms) |\n|---|---|---|---|---|')
   console.log(rows.join('\n'))
