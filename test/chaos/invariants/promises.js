@@ -22,17 +22,21 @@ const skewOf = (f, pid) => f.processOf(pid)?.skew ?? 0
 /** Whether process `pid` stalled between `from` and `to`: what it admitted then may start late, bunched together. */
 const stalled = (f, pid, from, to) => (f.stalls.get(pid) ?? []).some(s => s.from <= to && s.at >= from)
 
+/** The runs of each service configured with `option`, per process: `[service, the option's value, pid, runs]`. */
+function* runsPerProcess(f, option) {
+  for (const [service, settings] of Object.entries(f.settings)) {
+    if (!settings[option]) continue
+    const runs = [...f.runs.values()].flat().filter(r => r.service === service)
+    for (const [pid, own] of groupBy(runs, r => r.pid)) yield [service, settings[option], pid, own]
+  }
+}
+
 function rateLimit(f) {
   const violations = []
-  for (const [service, settings] of Object.entries(f.settings)) {
-    if (!settings.rateLimit) continue
-    const { count, per } = settings.rateLimit
-    const runs = [...f.runs.values()].flat().filter(r => r.service === service)
-    for (const [pid, own] of groupBy(runs, r => r.pid)) {
-      const starts = own.map(r => r.start).sort((a, b) => a - b)
-      const i = starts.findIndex((s, j) => starts[j + count] !== undefined && starts[j + count] - s < per - WINDOW_MARGIN && !stalled(f, pid, s - per, starts[j + count]))
-      if (i >= 0) violations.push({ pids: [pid], text: `process ${pid} started ${count + 1} messages of ${service} (rateLimit ${count} per ${per} ms) within ${(starts[i + count] - starts[i]) | 0} ms, from ${f.time(starts[i])}` })
-    }
+  for (const [service, { count, per }, pid, own] of runsPerProcess(f, 'rateLimit')) {
+    const starts = own.map(r => r.start).sort((a, b) => a - b)
+    const i = starts.findIndex((s, j) => starts[j + count] !== undefined && starts[j + count] - s < per - WINDOW_MARGIN && !stalled(f, pid, s - per, starts[j + count]))
+    if (i >= 0) violations.push({ pids: [pid], text: `process ${pid} started ${count + 1} messages of ${service} (rateLimit ${count} per ${per} ms) within ${(starts[i + count] - starts[i]) | 0} ms, from ${f.time(starts[i])}` })
   }
   return violations
 }
@@ -46,31 +50,26 @@ function rateLimit(f) {
  */
 function breaker(f) {
   const violations = []
-  for (const [service, settings] of Object.entries(f.settings)) {
-    if (!settings.breaker) continue
-    const { failures, probeInterval } = settings.breaker
-    const runs = [...f.runs.values()].flat().filter(r => r.service === service)
-    for (const [pid, own] of groupBy(runs, r => r.pid)) {
-      const ended = own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
-      let streak = 0
-      let probeDue
-      for (const run of ended) {
-        const failed = FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
-        if (probeDue !== undefined) {
-          if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
-          probeDue = undefined // the probe
-          streak = failed ? failures : 0
-        } else {
-          streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
-        }
-        if (streak < failures) continue
-        const opened = run.end
-        probeDue = opened + probeInterval
-        const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
-        if (early.length) {
-          violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
-          break
-        }
+  for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
+    const ended = own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
+    let streak = 0
+    let probeDue
+    for (const run of ended) {
+      const failed = FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+      if (probeDue !== undefined) {
+        if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
+        probeDue = undefined // the probe
+        streak = failed ? failures : 0
+      } else {
+        streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
+      }
+      if (streak < failures) continue
+      const opened = run.end
+      probeDue = opened + probeInterval
+      const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
+      if (early.length) {
+        violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
+        break
       }
     }
   }
