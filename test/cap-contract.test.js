@@ -541,21 +541,21 @@ describe('CAP contracts', () => {
     })
   })
 
-  describe('inbound messages (lib/cap/inbound.ts)', () => {
+  describe('inbound messages (lib/cap/messaging.ts)', () => {
     test('processInboundMsg of an inboxed service stores the message as queued, marked inbound, with the `queue` it was given', async () => {
-      const { isInbound, receive } = require('../lib/cap/inbound')
+      const { isInboundMessage, deliverInbound } = require('../lib/cap/messaging')
       const { decode } = require('../lib/codec')
       const release = require('../lib/plugin').eventQueues().runner.hold()
       try {
         const outer = cds.context
-        await receive('inbox', undefined, { event: 'contract/inbound', data: { n: 1 }, headers: { 'x-id': 'i1' }, queue: { mark: 'copy' } })
+        await deliverInbound(await cds.connect.to('inbox'), undefined, { event: 'contract/inbound', data: { n: 1 }, headers: { 'x-id': 'i1' }, queue: { mark: 'copy' } })
         expect(cds.context).toBe(outer)
         const rows = await SELECT.from('cds.outbox.Messages').where({ event: 'contract/inbound' })
         expect(rows).toHaveLength(1)
         const { serviceName, request } = decode(rows[0].msg, rows[0].target)
         expect(serviceName).toBe('inbox')
         expect(request).toMatchObject({ inbound: true, event: 'contract/inbound', data: { n: 1 }, headers: { 'x-id': 'i1' }, queue: { mark: 'copy' } })
-        expect(isInbound(request)).toBe(true)
+        expect(isInboundMessage(request)).toBe(true)
         await DELETE.from('cds.outbox.Messages').where({ ID: rows[0].ID })
       } finally {
         release()

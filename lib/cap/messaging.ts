@@ -1,4 +1,5 @@
 import cds from '@sap/cds'
+import { runInContext } from './contexts'
 
 /**
  * CAP internals of `cds.MessagingService` that a broker adapter uses, as CAP's own adapters (redis-messaging.js,
@@ -29,6 +30,12 @@ export interface BrokerMessage {
   headers: Record<string, unknown>
 }
 
+/** An inbound message as a broker adapter hands it over; `queue`: properties its stored copy in the inbox keeps. */
+export interface InboundMessage extends Partial<BrokerMessage> {
+  event: string
+  queue?: Record<string, unknown>
+}
+
 interface MessagingInternals {
   message4(msg: object): BrokerMessage
   subscribedTopics: Map<string, string>
@@ -55,11 +62,13 @@ export function listensToAll(srv: cds.MessagingService): boolean {
 }
 
 /**
- * Hands a message the broker delivered to the subscribers, in `tenant`, through the inbox for an `inboxed` service;
- * resolves once the transaction holding its effect (the inbox row or the subscriber's writes) committed.
+ * Hands a message the broker delivered (or delivers again) to the subscribers, in `tenant`, through the inbox for an
+ * `inboxed` service; resolves once the transaction holding its effect (the inbox row or the subscriber's writes)
+ * committed. In an event context of its own, as an adapter's callback runs: `processInboundMsg` sets the tenant of
+ * `cds.context`, which must not carry over to the next message.
  */
-export async function deliverInbound(srv: cds.MessagingService, tenant: string | undefined, msg: BrokerMessage): Promise<void> {
-  await internals(srv).processInboundMsg(tenant ? { tenant } : {}, { ...msg })
+export async function deliverInbound(srv: cds.MessagingService, tenant: string | undefined, msg: InboundMessage): Promise<void> {
+  await runInContext({ tenant }, () => internals(srv).processInboundMsg(tenant ? { tenant } : {}, { ...msg }))
 }
 
 /** Marks a message the queue relays, so that CAP's broker adapters fail fast while disconnected. */

@@ -1,5 +1,5 @@
 import cds from '@sap/cds'
-import { isInbound, receive } from '../cap/inbound'
+import { deliverInbound, isInboundMessage } from '../cap/messaging'
 import { eventOf, type DecodedMessage } from '../codec'
 import type { MessageRow, Outcome } from '../interfaces'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
@@ -70,11 +70,12 @@ export class Redelivery {
     }
   }
 
-  private deliverAgain(row: MessageRow, message: DecodedMessage, signal: AbortSignal): Promise<void> {
+  private async deliverAgain(row: MessageRow, message: DecodedMessage, signal: AbortSignal): Promise<void> {
     const { event, data, headers } = message.request
-    if (isInbound(message.request) && event) {
+    if (isInboundMessage(message.request) && event) {
       const tenant = cds.context?.tenant ?? message.context.tenant
-      return receive(message.serviceName, tenant, { event, data, headers, queue: { [COPY_OF]: row.ID } })
+      const srv = (await cds.connect.to(message.serviceName)) as cds.MessagingService
+      return deliverInbound(srv, tenant, { event, data, headers, queue: { [COPY_OF]: row.ID } })
     }
     return traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}, { delivery: deliveryOf(row) }))
   }
