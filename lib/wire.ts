@@ -23,7 +23,7 @@ export const SEQUENCE_HEADER = 'x-ordering-sequence'
 const SEQUENCE_DIGITS = String(Number.MAX_SAFE_INTEGER).length
 
 /** One delivery of a claimed row, the same on each of its attempts. */
-export interface Delivery {
+interface Delivery {
   /** The row's ID; for a task, an ID of the occurrence (each occurrence of a recurring task is an event of its own). */
   id: string
   /** When it was enqueued (for a task or a delayed message: when it fell due), ISO. */
@@ -31,7 +31,8 @@ export interface Delivery {
   orderingKey?: string
 }
 
-export function deliveryOf(row: MessageRow): Delivery {
+/** The delivery of a claimed row: the same on each of its attempts and in every instance. */
+function deliveryOf(row: MessageRow): Delivery {
   const id = row.task ? uuidOf(`${row.ID}@${row.timestamp}`, 8) : row.ID
   const delivery: Delivery = { id, time: new Date(row.timestamp).toISOString() }
   if (row.orderingKey) delivery.orderingKey = row.orderingKey
@@ -61,17 +62,17 @@ function messagingHeaders(srv: cds.Service, delivery: Delivery, sequence: number
 }
 
 /**
- * The headers `message` is dispatched to `srv` with: what was stored, plus the delivery's identity where the target
- * passes it on (never replacing a header the application set). Undefined where the message carries no delivery (the
- * in-memory queue) or the target passes nothing on.
+ * The headers `message` is dispatched to `srv` with: what was stored, plus the identity of the delivery of its claimed
+ * `row` where the target passes it on (never replacing a header the application set). The stored ones where there is
+ * no row (the in-memory queue) or the target passes nothing on: most targets, so the delivery is derived only here.
  */
-export function wireHeaders(srv: cds.Service, message: DecodedMessage, delivery: Delivery | undefined): Record<string, unknown> | undefined {
+export function wireHeaders(srv: cds.Service, message: DecodedMessage, row: MessageRow | undefined): Record<string, unknown> | undefined {
   const stored = message.request.headers
-  if (!delivery) return stored
+  if (!row) return stored
   const own = stored ?? {}
   let added: Record<string, unknown> = {}
-  if (isOutboundMessage(srv, message.request)) added = messagingHeaders(srv, delivery, message.request.queue?.sequence)
-  else if (message.idempotencyKey) added = { [message.idempotencyKey]: structuredString(delivery.id) }
+  if (isOutboundMessage(srv, message.request)) added = messagingHeaders(srv, deliveryOf(row), message.request.queue?.sequence)
+  else if (message.idempotencyKey) added = { [message.idempotencyKey]: structuredString(deliveryOf(row).id) }
   const missing = Object.entries(added).filter(([name]) => !hasHeader(own, name))
   return missing.length ? { ...own, ...Object.fromEntries(missing) } : stored
 }

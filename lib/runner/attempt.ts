@@ -5,7 +5,6 @@ import { isDeadLetter } from '../store/rules'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { failed, succeeded } from './outcomes'
 import { clock } from '../time/clock'
-import { deliveryOf } from '../wire'
 
 /** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
 
@@ -45,7 +44,7 @@ export async function attempt(row: MessageRow, claim: Claim, queue: QueueSetting
   const message = prepared.message
   try {
     await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
-      succeeded(row, claim, message, queue, store, srv, result), { atStart: () => store.lockOnBegin(), delivery: deliveryOf(row) }))
+      succeeded(row, claim, message, queue, store, srv, result), { atStart: () => store.lockOnBegin(), claimed: row }))
     return { outcome: { kind: 'succeeded' }, message }
   } catch (error) {
     return { outcome: failed(error, row, queue), message }

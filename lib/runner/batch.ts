@@ -10,7 +10,7 @@ import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
 import { throwIfTenantGone } from './lease'
 import { failed, succeeded } from './outcomes'
-import { deliveryOf, wireHeaders } from '../wire'
+import { wireHeaders } from '../wire'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
 
@@ -177,7 +177,7 @@ async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSetting
   const tx = srv.tx(ctx)
   try {
     await traced(row, message, () => runInContext(ctx, async () => {
-      const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal), wireHeaders(srv as unknown as cds.Service, message, deliveryOf(row))))
+      const result = await tx.dispatch(eventFor(message, runtimeInfo(row, signal), wireHeaders(srv as unknown as cds.Service, message, row)))
       throwIfTenantGone(signal)
       await succeeded(row, claim, message, queue, store, srv as unknown as cds.Service, result, complete)
     }))

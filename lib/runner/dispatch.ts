@@ -4,7 +4,7 @@ import type { DecodedMessage } from '../codec'
 import type { MessageRow } from '../interfaces'
 import { beforeBegin, transactionOfContext } from '../cap/transactions'
 import { processing } from '../telemetry/spans'
-import { wireHeaders, type Delivery } from '../wire'
+import { wireHeaders } from '../wire'
 import { throwIfTenantGone } from './lease'
 
 /**
@@ -66,7 +66,8 @@ export async function serviceOf(message: DecodedMessage): Promise<Service> {
 /**
  * Dispatches a message in a transaction of its service with the stored event context: `req.on('succeeded')` works,
  * and `inTx` runs in the same transaction after the handlers, with their result; `atStart` before them, before the
- * transaction's first statement; `delivery`: what the message carries on the wire (none in the in-memory queue).
+ * transaction's first statement; `claimed`: the message's row, whose identity it carries on the wire (none in the
+ * in-memory queue).
  * Once the message's tenant is unsubscribed (its signal says so), the transaction's database part does not begin:
  * neither the handlers' statements nor the completion open the tenant's database again.
  */
@@ -74,14 +75,14 @@ export async function dispatchInTx(
   message: DecodedMessage,
   runtime: QueueInfoAtRuntime | undefined,
   inTx: (srv: cds.Service, result: unknown) => Promise<void>,
-  { atStart, delivery }: { atStart?: () => void; delivery?: Delivery } = {}
+  { atStart, claimed }: { atStart?: () => void; claimed?: MessageRow } = {}
 ): Promise<void> {
   const srv = await serviceOf(message)
   await srv.tx(contextFor(message), async tx => {
     const db = runtime && transactionOfContext()
     if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))
     atStart?.()
-    const result = await tx.dispatch(eventFor(message, runtime, wireHeaders(srv as unknown as cds.Service, message, delivery)))
+    const result = await tx.dispatch(eventFor(message, runtime, wireHeaders(srv as unknown as cds.Service, message, claimed)))
     if (runtime) throwIfTenantGone(runtime.signal)
     await inTx(srv as unknown as cds.Service, result)
   })

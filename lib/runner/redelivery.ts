@@ -4,7 +4,6 @@ import { eventOf, type DecodedMessage } from '../codec'
 import type { MessageRow, Outcome } from '../interfaces'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
 import { LOG } from '../log'
-import { deliveryOf } from '../wire'
 
 /**
  * The duplicate-delivery test mode (`cds.requires.queue.deliver: 'twice'`): at-least-once delivery made visible in an
@@ -77,7 +76,7 @@ export class Redelivery {
       const srv = (await cds.connect.to(message.serviceName)) as cds.MessagingService
       return deliverInbound(srv, tenant, { event, data, headers, queue: { [COPY_OF]: row.ID } })
     }
-    return traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}, { delivery: deliveryOf(row) }))
+    return traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}, { claimed: row }))
   }
 
   private fail(ID: string, row: MessageRow, message: DecodedMessage, error: unknown): void {
