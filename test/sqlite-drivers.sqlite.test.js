@@ -36,10 +36,10 @@ const available = name => {
   }
 }
 const memory = { url: ':memory:' }
-const processed = { seen: [{ n: 1 }], left: 0 }
+const processed = { seen: [{ n: 1 }], left: 0, clockInRoundTrip: true }
 
 describe('SQLite drivers', () => {
-  test('sql.js runs the portable store: a queued message is processed and its row deleted', async () => {
+  test("sql.js runs the portable store: a queued message is processed and its row deleted, the database's clock read to the millisecond", async () => {
     const { code, result, stderr } = await run({ kind: 'sqlite', driver: 'sql.js', credentials: memory })
     expect([code, stderr.match(/Error.*/)?.[0]]).toEqual([0, undefined])
     expect(result).toEqual({ store: 'PortableStore', ...processed })

@@ -3,6 +3,7 @@ import { performance } from 'perf_hooks'
 import { currentConnection } from '../cap/transactions'
 import type { ClockReading } from '../time/clock'
 import { nativeDialect } from './choose'
+import { dialectFor, type Dialect } from './dialect'
 import { ENTITY } from './rules'
 import { millis } from './rows'
 
@@ -14,8 +15,10 @@ import { millis } from './rows'
  * is the server's local time, UTC on SAP HANA Cloud. It needs the queue's table there: CQL has no query without one.
  */
 export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockReading> {
+  // the statement is the database's, whatever the driver: sql.js has no native store, and CQL's current_timestamp is
+  // SQLite's CURRENT_TIMESTAMP there, whole seconds, which put the queue's clock up to a second behind the rows it wrote
+  const sql = SQL_DIALECT_KINDS.includes(db.kind) ? clockStatement(dialectFor(db.kind)) : undefined
   const dialect = nativeDialect(db)
-  const sql = dialect && `SELECT ${dialect.isoText(dialect.now)} AS "now"`
   const connection = dialect && (await currentConnection())
   const sent = performance.now()
   let value: unknown
@@ -27,6 +30,11 @@ export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockR
   if (Number.isNaN(time)) throw new Error(`cds-event-queues: the database's clock said ${String(value)}, which is not a time`)
   return { time, sent, received }
 }
+
+/** The kinds whose dialect (store/dialect.ts) says the time to the millisecond. */
+const SQL_DIALECT_KINDS = ['sqlite', 'postgres']
+
+const clockStatement = (dialect: Dialect): string => `SELECT ${dialect.isoText(dialect.now)} AS "now"`
 
 /** A column of CAP's standard function (cds-types knows column names only). */
 const CURRENT_TIMESTAMP = { func: 'current_timestamp', as: 'now' } as never

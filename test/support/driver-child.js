@@ -1,7 +1,9 @@
 // Connects the test app to the database of CDS_CONFIG (run with cwd = test/app), starts the runner as serving does,
-// queues one message, flushes and prints as JSON which store ran it and what the handler saw. A start that fails
-// prints its error and exits 3.
+// queues one message, flushes and prints as JSON which store ran it, what the handler saw and whether the database's
+// clock, read as the queue reads it, said a time within its round trip (the database runs in this process: the same
+// clock, to the millisecond). A start that fails prints its error and exits 3.
 const cds = require('@sap/cds')
+const { readDatabaseClock } = require('../../lib/store/database-time')
 
 ;(async () => {
   await cds.plugins
@@ -21,6 +23,9 @@ const cds = require('@sap/cds')
   await cds.flush()
   const { runner } = require('../../lib/plugin').eventQueues()
   const left = (await SELECT.from('cds.outbox.Messages')).length
-  console.log(JSON.stringify({ store: runner.store.constructor.name, seen, left }))
+  const before = Date.now()
+  const { time } = await readDatabaseClock(db)
+  const clockInRoundTrip = before <= time && time <= Date.now()
+  console.log(JSON.stringify({ store: runner.store.constructor.name, seen, left, clockInRoundTrip }))
   await cds.shutdown()
 })()
