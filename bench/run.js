@@ -26,6 +26,7 @@ const { percentile } = require('./support/stats')
 const { wallClock } = require('./support/messages')
 const { startRemote, remoteService } = require('./support/remote')
 const { claimPlan } = require('./support/claim-plan')
+const { waitSampler } = require('./support/waits')
 const { dispatchCost } = require('./dispatch-cost')
 const report = require('./support/report')
 
@@ -114,23 +115,6 @@ async function crossProcessLatency(server) {
     await Promise.all(children.map(c => stop(c)))
     await cleanup()
   }
-}
-
-/** What the backends of `database` wait for, sampled from pg_stat_activity every `pollEvery` ms. */
-function waitSampler(client, database) {
-  const counts = { samples: 0, lock: 0, lwlock: 0, io: 0, active: 0 }
-  const sample = async () => {
-    const { rows } = await client.query(
-      `SELECT wait_event_type AS type, count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND state = 'active' GROUP BY 1`, [database])
-    counts.samples++
-    for (const { type, n } of rows) {
-      counts.active += n
-      if (type === 'Lock') counts.lock += n
-      if (type === 'LWLock') counts.lwlock += n
-      if (type === 'IO') counts.io += n
-    }
-  }
-  return { sample, counts }
 }
 
 /**

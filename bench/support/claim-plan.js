@@ -9,13 +9,8 @@ const { REPO } = require('./app')
 async function claimPlan(client, limit) {
   const statements = require(path.join(REPO, 'lib', 'store', 'statements'))
   const { ownRowsSql } = require(path.join(REPO, 'lib', 'store', 'rules'))
-  const { ensureIndexes } = require(path.join(REPO, 'lib', 'store', 'indexes'))
   const { postgres } = require(path.join(REPO, 'lib', 'store', 'postgres'))
-  await ensureIndexes({
-    indexNames: async () => new Set((await client.query(postgres.indexesOf('cds_outbox_Messages'))).rows.map(r => r.name.toLowerCase())),
-    run: sql => client.query(sql)
-  })
-  await client.query('ANALYZE cds_outbox_Messages')
+  await indexAndAnalyze(client)
   const now = new Date().toISOString()
   const { sql, params } = statements.claim(ownRowsSql(undefined), ownRowsSql(undefined, 'e.'), postgres.skipLocked, 'bench', now, Date.now() + 3600_000, limit, [])
   await client.query('BEGIN')
@@ -27,4 +22,15 @@ async function claimPlan(client, limit) {
   }
 }
 
-module.exports = { claimPlan }
+/** The indexes the runner creates at start, and ANALYZE, as autovacuum would have run it on a table of that size. */
+async function indexAndAnalyze(client) {
+  const { ensureIndexes } = require(path.join(REPO, 'lib', 'store', 'indexes'))
+  const { postgres } = require(path.join(REPO, 'lib', 'store', 'postgres'))
+  await ensureIndexes({
+    indexNames: async () => new Set((await client.query(postgres.indexesOf('cds_outbox_Messages'))).rows.map(r => r.name.toLowerCase())),
+    run: sql => client.query(sql)
+  })
+  await client.query('ANALYZE cds_outbox_Messages')
+}
+
+module.exports = { claimPlan, indexAndAnalyze }

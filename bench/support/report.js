@@ -304,8 +304,8 @@ function render({ config, results, startedAt, finishedAt, loadBefore, loadAfter,
   ].join('\n')
 }
 
-/** Hand-written analysis below this line in RESULTS.md survives the next run, which replaces only the figures. */
-const FINDINGS = '<!-- findings: written by hand, kept when `npm run bench` rewrites the figures above -->'
+/** Hand-written analysis below this line (RESULTS.md, SCALE-OUT.md) survives the next run, which replaces only the figures. */
+const FINDINGS = '<!-- findings: written by hand, kept when the bench rewrites the figures above -->'
 
 function keptFindings(previous) {
   const at = previous.indexOf(FINDINGS)
