@@ -78,7 +78,7 @@ describe('end to end over Redis Streams: producer app → Redis → consumer app
     await restartServer(redis)
     const restartedAt = Date.now()
     await apps.ordersPlaced(producer)
-    const settledAt = await apps.settled({ producerDb, consumerDb, redisClient })
+    const settledAt = await apps.settled({ producerDb, consumerDb, redisClient, producer })
     const figures = {
       ...(await expectCommittedEventsReceived()),
       relayedAtStop,

@@ -57,9 +57,12 @@ function brokerConfig(redis, own = {}) {
  * Queue options of both apps: short leases (a killed producer's claims are taken over after 2 s), quick retries, and
  * batches of 10: a relay attempt is a broker round trip (10 ms and more with Redis fsyncing every write, on the loaded
  * 2-core machine), so a batch of 50 took its first few within its 100 ms and handed the rest back; in one run 26,422
- * hand-backs for 2,000 relays, whose writes slowed the relay to a crawl.
+ * hand-backs for 2,000 relays, whose writes slowed the relay to a crawl. With retries at most 1 s apart, the default
+ * 10 attempts span about 7 s, less than the Redis outage (5 s, its restart, and the link's reconnection backoff of up
+ * to 10 s): on PostgreSQL one event needed 9 retries in a passing run, and in a CI run the outage test waited until
+ * its time-out, most likely for an event that had become a dead letter. 60 attempts ride out a minute.
  */
-const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' }, batchSize: 10 }
+const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' }, batchSize: 10, maxAttempts: 60 }
 
 function startProducer(database, redis, { deploy = false } = {}) {
   return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue: QUEUE, requires: brokerConfig(redis) })
@@ -109,18 +112,30 @@ const relayStats = async producer => (await fetch(`${producer.url}/relay-stats`)
 
 /**
  * Waits until the consumer has handled every committed order, both queue tables are empty and nothing is pending in
- * the consumer's group: nothing more can arrive. Resolves with when that was.
+ * the consumer's group: nothing more can arrive. Resolves with when that was; on a time-out, says what it last saw.
  */
-async function settled({ producerDb, consumerDb, redisClient, timeout = 300000 }) {
-  await waitFor(async () => {
-    const [committed, received] = await Promise.all([records(producerDb, 'order'), records(consumerDb, 'received')])
-    if (new Set(received.map(r => r.n)).size < committed.length) return false
-    if ((await queued(producerDb)) + (await queued(consumerDb)) > 0) return false
-    const [pending] = await redisClient.sendCommand(['XPENDING', 'orders/created', 'event-queues-test-app'])
-    return Number(pending) === 0
-  }, { timeout, interval: 250, what: 'every committed order received, both queues empty, nothing pending in Redis' })
+async function settled({ producerDb, consumerDb, redisClient, producer, timeout = 300000 }) {
+  let last
+  try {
+    await waitFor(async () => {
+      const [committed, received] = await Promise.all([records(producerDb, 'order'), records(consumerDb, 'received')])
+      const [producerQueue, consumerQueue] = await Promise.all([queueRows(producerDb), queueRows(consumerDb)])
+      const [pending] = await redisClient.sendCommand(['XPENDING', 'orders/created', 'event-queues-test-app'])
+      const distinct = new Set(received.map(r => r.n))
+      last = { committed: committed.length, received: distinct.size, producerQueue, consumerQueue, pendingInRedis: Number(pending) }
+      return distinct.size >= committed.length && producerQueue.length + consumerQueue.length === 0 && Number(pending) === 0
+    }, { timeout, interval: 250, what: 'every committed order received, both queues empty, nothing pending in Redis' })
+  } catch (e) {
+    // what it last saw says which part never settled; the producer's relay attempts say whether any became dead letters
+    const relay = producer && (await relayStats(producer).catch(error => error.message))
+    e.message += `; last seen: ${JSON.stringify({ ...last, relay }, null, 1)}`
+    throw e
+  }
   return Date.now()
 }
+
+/** The rows left in the app's queue table, by what a stuck relay or inbox would show. */
+const queueRows = database => query(database, 'SELECT target AS "target", status AS "status", attempts AS "attempts", lastError AS "lastError", claimedBy AS "claimedBy", dueAt AS "dueAt" FROM cds_outbox_Messages ORDER BY timestamp LIMIT 20')
 
 module.exports = {
   newDatabase, query, records, queued, duplicatesDropped, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled

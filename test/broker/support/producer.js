@@ -3,7 +3,7 @@
  * `broker` of kind redis-streams (from CDS_CONFIG), queued by default as every messaging service. Its business
  * transactions (started by POST /orders, followed by GET /orders) each write orders (rows of test_Records, kind
  * 'order') and emit `orders/created` for each on the broker; some are rolled back on purpose. GET /relay-stats: what
- * the runner's relay attempts came to.
+ * the runner's relay attempts came to, and the most retries one event needed.
  */
 const path = require('path')
 
@@ -11,7 +11,8 @@ process.chdir(path.join(__dirname, '..', '..', 'app'))
 const cds = require('@sap/cds')
 const { insertRecord } = require('../../support/counting')
 
-const outcomes = { succeeded: 0, retry: 0, dead: 0 }
+const outcomes = { succeeded: 0, retry: 0, dead: 0, mostRetriesOfOneEvent: 0 }
+const retriesOf = new Map()
 
 /** The orders being placed: POST /orders starts it, GET /orders tells how far it is (one long request would time out). */
 let placing = { done: true, committed: 0 }
@@ -44,7 +45,11 @@ cds.on('bootstrap', app => {
   app.get('/relay-stats', (_, res) => res.json(outcomes))
 })
 cds.on('served', () => {
-  require('../../../lib/plugin').eventQueues().runner.monitor.on('outcome', ({ kind }) => (outcomes[kind] = (outcomes[kind] ?? 0) + 1))
+  require('../../../lib/plugin').eventQueues().runner.monitor.on('outcome', ({ ID, kind }) => {
+    outcomes[kind] = (outcomes[kind] ?? 0) + 1
+    // how close an outage brought one event to its maxAttempts
+    if (kind === 'retry') outcomes.mostRetriesOfOneEvent = Math.max(outcomes.mostRetriesOfOneEvent, retriesOf.set(ID, (retriesOf.get(ID) ?? 0) + 1).get(ID))
+  })
 })
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))
 
