@@ -329,6 +329,18 @@ describe('the project the CLI runs in', () => {
     expect(fs.existsSync(url)).toBe(true)
   })
 
+  test('an in-memory SQLite database is refused, naming the option and what is allowed, and never printing credentials', async () => {
+    // credentials merged from several places (a profile over the defaults) may carry a password beside the url
+    const folder = project({
+      dependencies: { 'cds-event-queues': '*' },
+      cds: { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:', user: 'ops', password: 'do-not-print-me' } } } }
+    })
+    const res = await runCli(['status'], { cwd: folder, env: alone })
+    expect(res.code).toBe(2)
+    expect(res.stderr).toMatch(/^Invalid cds\.requires\.db\.credentials\.url of the project in .+: ":memory:"\. Expected a persistent database: an in-memory one has no queue to operate on/)
+    expect(res.stderr).not.toContain('do-not-print-me')
+  })
+
   test('a project that does not use the plugin is refused, with how to add it', async () => {
     const folder = project({ dependencies: { '@sap/cds': '*' }, cds: { requires: { db: { kind: 'sqlite', credentials: { url: dbFile() } } } } }, { withPlugin: false })
     const res = await runCli(['status'], { cwd: folder, env: alone })

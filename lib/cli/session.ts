@@ -59,8 +59,10 @@ export async function openSession(streams: Streams, { command, options }: Invoca
   if (!db) throw invalid(`cds.requires.db of the project in ${root}`, db, 'a database configuration (kind and credentials); is the right --profile given?')
   // Only SQLite has in-memory databases: a PostgreSQL profile merged over a project's SQLite `url: ':memory:'` (as
   // `cds.requires.db` merges a profile's credentials into the default's) still names a real database.
-  const location = db.credentials?.url ?? db.credentials?.database
-  if (/sqlite/.test(db.kind ?? '') && location === ':memory:') throw invalid(`cds.requires.db.credentials of the project in ${root}`, db.credentials, 'a persistent database: an in-memory one has no queue to operate on')
+  // The error names the one credential that says where, never the object: merged credentials may hold a password.
+  const key = db.credentials?.url != null ? 'url' : 'database'
+  const location = db.credentials?.[key]
+  if (/sqlite/.test(db.kind ?? '') && location === ':memory:') throw invalid(`cds.requires.db.credentials.${key} of the project in ${root}`, location, 'a persistent database: an in-memory one has no queue to operate on')
   for (const id of QUIET) cds.log(id, 'warn')
 
   const tenant = tenantOf(command, options.tenant)
