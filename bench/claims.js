@@ -16,7 +16,8 @@ const path = require('path')
 const { performance } = require('perf_hooks')
 const { Client } = require('pg')
 const { REPO, environment } = require('./support/app')
-const { startServer, stopServer, withClient, dbConfig, newDatabaseName, createDatabase } = require('./support/postgres')
+const { startServer, stopServer, withClient, dbConfig } = require('./support/postgres')
+const { newDatabase } = require('./support/databases')
 const { runOnce } = require('./support/processes')
 const { percentile } = require('./support/stats')
 const { claimPlan, indexAndAnalyze } = require('./support/claim-plan')
@@ -83,11 +84,10 @@ const walNow = client => client.query("SELECT pg_wal_lsn_diff(pg_current_wal_lsn
 
 /** A fresh database with `config.backlog` due no-op messages, written by the bench app (bench/instance.js 'fill'). */
 async function filled(server) {
-  const database = newDatabaseName()
-  await createDatabase(database, server)
-  await runOnce('instance.js', environment('plugin', dbConfig(database, server), { BENCH_ROLE: 'fill', BENCH_COUNT: String(config.backlog) }))
+  const { db, database, cleanup } = await newDatabase('postgres', server)
+  await runOnce('instance.js', environment('plugin', db, { BENCH_ROLE: 'fill', BENCH_COUNT: String(config.backlog) }))
   await withClient(indexAndAnalyze, database, server)
-  return { database, drop: () => withClient(c => c.query(`DROP DATABASE ${c.escapeIdentifier(database)} WITH (FORCE)`), 'postgres', server) }
+  return { database, drop: cleanup }
 }
 
 async function measure(server, claimers, limit) {

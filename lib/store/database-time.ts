@@ -3,7 +3,7 @@ import { performance } from 'perf_hooks'
 import { currentConnection } from '../cap/transactions'
 import type { ClockReading } from '../time/clock'
 import { nativeDialect } from './choose'
-import { dialectFor, type Dialect } from './dialect'
+import { dialectFor } from './dialect'
 import { ENTITY } from './rules'
 import { millis } from './rows'
 
@@ -17,7 +17,8 @@ import { millis } from './rows'
 export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockReading> {
   // the statement is the database's, whatever the driver: sql.js has no native store, and CQL's current_timestamp is
   // SQLite's CURRENT_TIMESTAMP there, whole seconds, which put the queue's clock up to a second behind the rows it wrote
-  const sql = SQL_DIALECT_KINDS.includes(db.kind) ? clockStatement(dialectFor(db.kind)) : undefined
+  const ofKind = SQL_DIALECT_KINDS.includes(db.kind) ? dialectFor(db.kind) : undefined
+  const sql = ofKind && `SELECT ${ofKind.isoText(ofKind.now)} AS "now"`
   const dialect = nativeDialect(db)
   const connection = dialect && (await currentConnection())
   const sent = performance.now()
@@ -33,8 +34,6 @@ export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockR
 
 /** The kinds whose dialect (store/dialect.ts) says the time to the millisecond. */
 const SQL_DIALECT_KINDS = ['sqlite', 'postgres']
-
-const clockStatement = (dialect: Dialect): string => `SELECT ${dialect.isoText(dialect.now)} AS "now"`
 
 /** A column of CAP's standard function (cds-types knows column names only). */
 const CURRENT_TIMESTAMP = { func: 'current_timestamp', as: 'now' } as never
