@@ -48,7 +48,10 @@ cds.on('served', () => {
   require('../../../lib/plugin').eventQueues().runner.monitor.on('outcome', ({ ID, kind }) => {
     outcomes[kind] = (outcomes[kind] ?? 0) + 1
     // how close an outage brought one event to its maxAttempts
-    if (kind === 'retry') outcomes.mostRetriesOfOneEvent = Math.max(outcomes.mostRetriesOfOneEvent, retriesOf.set(ID, (retriesOf.get(ID) ?? 0) + 1).get(ID))
+    if (kind !== 'retry') return
+    const retries = (retriesOf.get(ID) ?? 0) + 1
+    retriesOf.set(ID, retries)
+    outcomes.mostRetriesOfOneEvent = Math.max(outcomes.mostRetriesOfOneEvent, retries)
   })
 })
 cds.on('listening', ({ url }) => console.log(`instance ${process.env.INSTANCE} listening on ${url}`))
