@@ -46,16 +46,16 @@ export function configuredSqliteDriver(db: cds.DatabaseService): string | undefi
 }
 
 /** better-sqlite3's own default: how long a connection waits for another process's write to commit. */
-const SQLITE_BUSY_TIMEOUT = 5000
+export const SQLITE_BUSY_TIMEOUT = 5000
 
 /**
  * A process beside the app on its SQLite file (the CLI) must wait for the app's writes, not fail "database is
  * locked", and the app for its: a handler's transaction takes the write lock as it begins (lib/store/dialect.ts
  * `lockWhenBegun`) and must not fail, with an attempt counted, because the CLI is writing. @cap-js/sqlite hands
  * `cds.requires.db.client` to its driver's constructor, and both drivers take `timeout` (the busy timeout, ms).
- * better-sqlite3 (cds 9) waits 5 s unless told; node:sqlite (@cap-js/sqlite 3, cds 10) does not wait at all. A
- * `timeout` the project configured is kept. Contract: test/cap-contract.test.js "database options".
+ * better-sqlite3 (cds 9) waits 5 s unless told; node:sqlite (@cap-js/sqlite 3, cds 10) does not wait at all; `wait`
+ * ms here. A `timeout` the project configured is kept. Contract: test/cap-contract.test.js "database options".
  */
-export function waitingForOtherWriters(db: { kind?: string; client?: Record<string, unknown> }): void {
-  if (db.kind === 'sqlite') db.client = { timeout: SQLITE_BUSY_TIMEOUT, ...db.client }
+export function waitingForOtherWriters(db: { kind?: string; client?: Record<string, unknown> }, wait = SQLITE_BUSY_TIMEOUT): void {
+  if (db.kind === 'sqlite') db.client = { timeout: wait, ...db.client }
 }

@@ -2,7 +2,7 @@ import cds from '@sap/cds'
 import { existsSync } from 'fs'
 import { join } from 'path'
 import { OperatorQueries } from '../../srv/event-queues-queries'
-import { waitingForOtherWriters } from '../cap/database-options'
+import { SQLITE_BUSY_TIMEOUT, waitingForOtherWriters } from '../cap/database-options'
 import { metaTenant } from '../cap/mtxs'
 import { disconnect } from '../cap/lifecycle'
 import { invalid, QueueError } from '../errors'
@@ -70,7 +70,9 @@ export async function openSession(streams: Streams, { command, options }: Invoca
   const settings = compileSettings(cds.env)
   // The table's model, so CQL names its columns as the app does (PostgreSQL folds unquoted names to lower case).
   cds.model = cds.compile.for.nodejs(await cds.load(MODEL))
-  waitingForOtherWriters(db)
+  // A handler's transaction holds SQLite's write lock while the handler runs (lib/store/dialect.ts `lockWhenBegun`),
+  // up to its handlerTimeout: an operator's write waits for the longest of them, never failing because one runs.
+  waitingForOtherWriters(db, Math.max(...settings.queues.all().map(q => q.handlerTimeout)) + SQLITE_BUSY_TIMEOUT)
   const connected = (await cds.connect.to('db')) as cds.DatabaseService
   // "now" for revivals and age filters is the database's, as in the app (lib/time/clock.ts)
   clock.adjust(await readDatabaseClock(connected))

@@ -15,7 +15,6 @@ const state = require('./state')
 const { users } = require('./variants')
 const { merged, ms } = require('./queues')
 const { requires: APP } = require('./app/package.json').cds
-const { waitingForOtherWriters } = require('../../lib/cap/database-options')
 const { killClis } = require('./client')
 const { now } = require('./app/srv/true-clock')
 
@@ -35,8 +34,8 @@ const SEED_LIMIT = 12 * 60_000
 /** CDS_CONFIG of the app processes (and of the CLI beside them). */
 function configOf(ctx) {
   const { plan, database } = ctx
+  // no busy timeout of its own: the app and the CLI wait for each other as the plugin sets them up (a user sets none)
   const db = { ...database.config }
-  waitingForOtherWriters(db)
   const queue = { store: plan.variant.store, ...(ctx.maxAttempts ? { maxAttempts: ctx.maxAttempts } : {}) }
   const requires = merged(plan.requires, { db, queue: merged(plan.requires.queue, queue), auth: { kind: 'mocked', users: users(plan.variant) } })
   if (plan.variant.tenants) requires.multitenancy = true
