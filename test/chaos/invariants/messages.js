@@ -157,7 +157,10 @@ function I5(f) {
     const runs = f.runs.get(row.ID) ?? []
     const what = isCallback(row) ? `the ${row.event.split('/')[1]} callback of ${row.wid}` : row.wid
     if (runs.some(r => r.outcome === 'unrecoverable')) continue
-    const revived = f.history.operator.filter(a => a.action.startsWith('revive') && f.succeeded(a) && f.covers(a, { ID: row.ID, service: f.asked.get(row.wid).message.service, tenant: row.tenant }))
+    // A revival resets dead letters only: one whose filter covered the row while it was pending left its attempts, as
+    // the number of the row's next attempt shows (seed 45: a reviveAll of its service between attempts 3 and 4).
+    const reset = a => runs.find(r => r.start >= a.from - MARGIN)?.attempt === 1
+    const revived = f.history.operator.filter(a => a.action.startsWith('revive') && f.succeeded(a) && f.covers(a, { ID: row.ID, service: f.asked.get(row.wid).message.service, tenant: row.tenant }) && reset(a))
     const since = Math.max(-Infinity, ...revived.map(a => a.from))
     const life = runs.filter(r => r.start >= since - MARGIN)
     const started = life.length
