@@ -277,7 +277,8 @@ export type Outcome =
   | { kind: 'dead'; error: unknown; attempts: number; silent?: boolean }
   /** Back to the queue without an attempt counted; `alone`: it must run alone next time (see runner/batch-connections.ts). */
   | { kind: 'deferred'; dueAt: Date; alone?: boolean }
-  | { kind: 'lost' }
+  /** `beforeStart`: a task's occurrence whose task was unscheduled or re-scheduled after the claim; it did not run. */
+  | { kind: 'lost'; beforeStart?: boolean }
   /**
    * Its handler did not finish within `handlerTimeout` and may still run: no longer renewed, the message is taken
    * over once its lease expires, and that takeover counts the attempt.

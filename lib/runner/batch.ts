@@ -9,7 +9,7 @@ import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
 import { throwIfTenantGone } from './lease'
-import { failed, succeeded } from './outcomes'
+import { failed, isOccurrence, mayStart, NOT_STARTED, succeeded } from './outcomes'
 import { wireHeaders } from '../wire'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -89,8 +89,17 @@ export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, 
   return results
 }
 
-/** Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. */
+/**
+ * Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. A task's
+ * occurrence only heads one: whether it may start is read before the transaction begins (see `mayStart`).
+ */
 async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<number> {
+  const head = group[0]
+  if (!(await mayStart(head.row, head.claim, head.message, store))) {
+    // as a message that must not run (attemptBatch): unless the runner handed it back meanwhile
+    results[head.index] = head.start() ? { outcome: NOT_STARTED, message: head.message } : { outcome: failed(head.signal.reason, head.row, queue) }
+    return 1
+  }
   const started = Date.now()
   let taken = 0
   const failedWith = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failed(error, entry.row, queue), message: entry.message })
@@ -106,7 +115,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
       let completes: Claim | undefined
       const complete = async (claim: Claim) => ((completes = claim), true)
       for (const [i, entry] of group.entries()) {
-        if (i > 0 && Date.now() - started > TRANSACTION_TIME) break
+        if (i > 0 && (Date.now() - started > TRANSACTION_TIME || isOccurrence(entry.row, entry.message))) break
         taken++
         // Shutdown, a lost lease or a hand-back while its neighbours ran: it does not start (the runner hands it back
         // or drops it).

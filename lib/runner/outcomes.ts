@@ -25,6 +25,26 @@ class ClaimLost extends Error {
   }
 }
 
+/** Whether a claimed row is an occurrence of a task (CAP's rows of older versions name no task, only `every`). */
+export function isOccurrence(row: MessageRow, message: DecodedMessage): boolean {
+  return !!row.task || message.request.queue?.every !== undefined
+}
+
+/**
+ * Whether a claimed occurrence may start: a task unscheduled (its row deleted) or re-scheduled (its row released)
+ * after the claim, while messages ahead of it in its slot ran, does not run it. Claimed is not running yet: "a run in
+ * progress completes" (SCHEDULING.md) is about a handler that started. Checked in a transaction of its own right
+ * before the run's begins (an occurrence heads its transaction, see batch.ts): beginning the run's transaction earlier
+ * would hold SQLite's one connection and write lock while a handler that writes nothing awaits. Messages: always
+ * (nobody changes a claimed message's row).
+ */
+export async function mayStart(row: MessageRow, claim: Claim, message: DecodedMessage, store: QueueStore): Promise<boolean> {
+  return !isOccurrence(row, message) || (await inOwnTransaction(() => store.held([claim]))).has(claim.ID)
+}
+
+/** The outcome of an occurrence that `mayStart` stopped: nothing is written (the row is gone or no longer ours). */
+export const NOT_STARTED: Outcome = { kind: 'lost', beforeStart: true }
+
 /**
  * What a failed attempt comes to: a retry after the wait the remote system asked for (`Retry-After`), else after the
  * queue's backoff; or a dead letter.
@@ -76,8 +96,7 @@ export async function succeeded(
   const next = nextRun(schedule, clock.now(), queue.timezone)
   const done = next ? await store.recur(claim, timestampAt(next.getTime()), next) : await complete(claim)
   if (!done) {
-    const scheduled = !!row.task || schedule?.every !== undefined
-    if (!scheduled || (await store.holdsOccurrence(row.ID, row.timestamp))) throw new ClaimLost(row.ID)
+    if (!isOccurrence(row, message) || (await store.holdsOccurrence(row.ID, row.timestamp))) throw new ClaimLost(row.ID)
     LOG._debug && LOG.debug(`${row.target}: task ${row.task} was re-scheduled or unscheduled while it ran; it does not recur from this run`)
   }
   const receipt = schedule?.receipt
@@ -140,7 +159,8 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       else LOG.error(`${what} is a dead letter after ${outcome.attempts} attempts:`, outcome.error)
       break
     case 'lost':
-      LOG.warn(`${what}: claim lost while it ran; another process owns it now`)
+      if (outcome.beforeStart) LOG.info(`${what}: its task was unscheduled or re-scheduled after the claim; this occurrence does not run`)
+      else LOG.warn(`${what}: claim lost while it ran; another process owns it now`)
       break
     case 'deferred':
       LOG._debug && LOG.debug(`${what} deferred to ${outcome.dueAt.toISOString()}`)
