@@ -42,7 +42,30 @@ function rateLimit(f) {
 }
 
 /**
- * A circuit breaker per process, replayed from the attempts as they ended: `failures` consecutive failed attempts
+ * Attempts that end this close together reach the breaker in either order: each settles after its own commit or
+ * rollback. Seed 27: an attempt that failed and one that succeeded in another slot ended 0.2 ms apart.
+ */
+const SETTLE_MARGIN = 50
+
+/**
+ * Runs in the order they ended, where ends within SETTLE_MARGIN of each other count as ties: of those the failures
+ * first, the order in which a breaker opens latest (a success after them resets their streak).
+ */
+function inSettlingOrder(runs, failed) {
+  const byEnd = runs.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
+  const ordered = []
+  for (let i = 0; i < byEnd.length; ) {
+    let j = i + 1
+    while (j < byEnd.length && byEnd[j].end - byEnd[i].end <= SETTLE_MARGIN) j++
+    const ties = byEnd.slice(i, j)
+    ordered.push(...ties.filter(failed), ...ties.filter(r => !failed(r)))
+    i = j
+  }
+  return ordered
+}
+
+/**
+ * A circuit breaker per process, replayed from the attempts as they ended (see inSettlingOrder): `failures` consecutive failed attempts
  * (a timed-out one is a failure, issue 22) open it at the end of the last; then nothing new may start until the
  * probe is due, one probeInterval later, except what was claimed before (CLAIMED_BEFORE). The first attempt that
  * starts from then on is the probe: its success closes the breaker, its failure opens it again. Attempts that
@@ -51,11 +74,11 @@ function rateLimit(f) {
 function breaker(f) {
   const violations = []
   for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
-    const ended = own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
+    const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
     let streak = 0
     let probeDue
-    for (const run of ended) {
-      const failed = FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+    for (const run of inSettlingOrder(own, isFailure)) {
+      const failed = isFailure(run)
       if (probeDue !== undefined) {
         if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
         probeDue = undefined // the probe
