@@ -43,58 +43,82 @@ function rateLimit(f) {
 
 /**
  * Attempts that end this close together reach the breaker in either order: each settles after its own commit or
- * rollback. Seed 27: an attempt that failed and one that succeeded in another slot ended 0.2 ms apart.
+ * rollback. Seed 27: a failure and a success of two slots ended 0.2 ms apart; seed 45: a hung handler held SQLite's
+ * connection, and when it was abandoned five waiting ones ended within 8 ms, two of them failures.
  */
 const SETTLE_MARGIN = 50
 
-/**
- * Runs in the order they ended, where ends within SETTLE_MARGIN of each other count as ties: of those the failures
- * first, the order in which a breaker opens latest (a success after them resets their streak).
- */
-function inSettlingOrder(runs, failed) {
+/** The ended runs in the order they ended, in groups of ties: runs that ended within SETTLE_MARGIN of a group's first. */
+function tiesInEndOrder(runs) {
   const byEnd = runs.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)
-  const ordered = []
-  for (let i = 0; i < byEnd.length; ) {
-    let j = i + 1
-    while (j < byEnd.length && byEnd[j].end - byEnd[i].end <= SETTLE_MARGIN) j++
-    const ties = byEnd.slice(i, j)
-    ordered.push(...ties.filter(failed), ...ties.filter(r => !failed(r)))
-    i = j
+  const groups = []
+  for (let i = 0, j; i < byEnd.length; i = j) {
+    for (j = i + 1; j < byEnd.length && byEnd[j].end - byEnd[i].end <= SETTLE_MARGIN; j++);
+    groups.push(byEnd.slice(i, j))
   }
-  return ordered
+  return groups
+}
+
+/** Every order of a group of ties; beyond 6 runs, the end order and the failures first or last. */
+function* orders(ties, failed) {
+  if (ties.length > 6) {
+    yield ties
+    yield [...ties.filter(failed), ...ties.filter(r => !failed(r))]
+    yield [...ties.filter(r => !failed(r)), ...ties.filter(failed)]
+    return
+  }
+  if (ties.length <= 1) return yield ties
+  for (const [i, first] of ties.entries()) for (const rest of orders(ties.filter((_, j) => j !== i), failed)) yield [first, ...rest]
 }
 
 /**
- * A circuit breaker per process, replayed from the attempts as they ended (see inSettlingOrder): `failures` consecutive failed attempts
+ * A circuit breaker per process, replayed from the attempts as they ended: `failures` consecutive failed attempts
  * (a timed-out one is a failure, issue 22) open it at the end of the last; then nothing new may start until the
  * probe is due, one probeInterval later, except what was claimed before (CLAIMED_BEFORE). The first attempt that
  * starts from then on is the probe: its success closes the breaker, its failure opens it again. Attempts that
- * started before the probe was due and end later neither open nor close it.
+ * started before the probe was due and end later neither open nor close it. Ties (SETTLE_MARGIN) may have settled in
+ * any order: the replay follows every order, and reports a violation only if each of them has one.
  */
 function breaker(f) {
   const violations = []
   for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
     const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
-    let streak = 0
-    let probeDue
-    for (const run of inSettlingOrder(own, isFailure)) {
+    /** The breaker after `run` ended in `state`; or the violation its opening shows. */
+    const step = ({ streak, probeDue }, run) => {
       const failed = isFailure(run)
       if (probeDue !== undefined) {
-        if (run.start < probeDue - WINDOW_MARGIN) continue // claimed before the probe was due
+        if (run.start < probeDue - WINDOW_MARGIN) return { streak, probeDue } // claimed before the probe was due
         probeDue = undefined // the probe
         streak = failed ? failures : 0
       } else {
         streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
       }
-      if (streak < failures) continue
+      if (streak < failures) return { streak, probeDue }
       const opened = run.end
       probeDue = opened + probeInterval
       const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
-      if (early.length) {
-        violations.push({ pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` })
-        break
-      }
+      if (!early.length) return { streak, probeDue }
+      return { violation: { pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` } }
     }
+    let states = new Map([['0|', { streak: 0, probeDue: undefined }]])
+    let violation
+    for (const ties of tiesInEndOrder(own)) {
+      const next = new Map()
+      for (const state of states.values()) {
+        for (const order of orders(ties, isFailure)) {
+          let s = state
+          for (const run of order) {
+            s = step(s, run)
+            if (s.violation) break
+          }
+          if (s.violation) violation ??= s.violation
+          else next.set(`${s.streak}|${s.probeDue ?? ''}`, s)
+        }
+      }
+      states = next
+      if (!states.size) break
+    }
+    if (!states.size && violation) violations.push(violation)
   }
   return violations
 }
