@@ -563,6 +563,23 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('UPSERT (lib/controls/table.ts creates control rows without it on SQLite and PostgreSQL)', () => {
+    // CAP's UPSERT writes every column of the entity, those it is not given as its statement's snapshot saw the row.
+    // On PostgreSQL, one that waited for another transaction's insert of the same key overwrites what that one wrote.
+    ;(onPostgres() ? test : test.skip)("on PostgreSQL, an UPSERT of a row's keys that waited for another transaction's insert of them writes the other columns back to null", async () => {
+      const CONTROLS = 'cds.outbox.QueueControls'
+      const row = { appid: '', queue: 'contract-upsert' }
+      const first = cds.db.tx()
+      await first.run(INSERT.into(CONTROLS).entries(row))
+      const upsert = cds.tx(tx => tx.run(UPSERT.into(CONTROLS).entries(row)))
+      await waitFor(async () => (await cds.db.run("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT%'"))[0].n > 0, { what: 'the UPSERT to wait for the insert' })
+      await first.run(UPDATE(CONTROLS).set({ rateWindow: 'written by the first' }).where(row))
+      await first.commit()
+      await upsert
+      expect(await SELECT.one.from(CONTROLS).columns('rateWindow').where(row)).toEqual({ rateWindow: null })
+    })
+  })
+
   describe('implicit', () => {
     test('cds.connect.to queues services configured `outboxed` by calling the global cds.queued', async () => {
       const outboxed = await cds.connect.to('Outboxed')

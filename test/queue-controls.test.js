@@ -205,3 +205,19 @@ describe('the circuit breaker, for operators', () => {
     expect((await rowOf('Flaky'))).toBeUndefined()
   })
 })
+
+// Three instances each took a rate limit's whole window when they created its control row at once (postgres-portable,
+// rate-limit-instances.test.js, about 1 run in 4): CAP's UPSERT writes every column on PostgreSQL, the ones it is not
+// given as its snapshot saw the row, so the row another transaction had created and written meanwhile lost its window.
+describe("a queue's control row, created by several transactions at once", () => {
+  const { takeStarts } = require('../lib/controls/table')
+  const limit = { count: 5, per: 3_600_000 }
+
+  test('they share one rate limit window: together they take its count, no more', async () => {
+    for (let round = 0; round < 10; round++) {
+      const queue = `concurrent-${round}`
+      const taken = await Promise.all(Array.from({ length: 4 }, () => cds.tx(() => takeStarts(undefined, queue, limit, 5))))
+      expect([queue, taken.reduce((sum, t) => sum + t.granted, 0)]).toEqual([queue, 5])
+    }
+  })
+})

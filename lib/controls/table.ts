@@ -1,14 +1,19 @@
+import cds from '@sap/cds'
 import type { RateLimitSettings } from '../interfaces'
+import { dialectFor } from '../store/dialect'
 import { iso, millis } from '../store/rows'
 import { take, type Taken } from './rate-window'
 
 /**
  * Every statement on `cds.outbox.QueueControls` (db/controls.cds), in CQL, so the native and the portable store share
- * them: they run per pause, breaker change and rate-limited start, never per message of an unlimited queue. Each runs
- * in the current transaction (the caller's own short one), in the current tenant's database.
+ * them (but for creating a row on SQLite and PostgreSQL, see `created`): they run per pause, breaker change and
+ * rate-limited start, never per message of an unlimited queue. Each runs in the current transaction (the caller's own
+ * short one), in the current tenant's database.
  */
 
 export const CONTROLS = 'cds.outbox.QueueControls'
+/** The table as SQL names it, unquoted (PostgreSQL folds it to lower case, as CAP created it). */
+const TABLE = 'cds_outbox_QueueControls'
 
 /** A circuit breaker's state as the table shares it: `until` is when an open breaker lets a probe run. */
 export type BreakerState = 'closed' | 'open' | 'probing'
@@ -64,10 +69,24 @@ const key = (appid: string | undefined, queue: string) => ({ appid: appid ?? '',
 async function locked(appid: string | undefined, queue: string, columns: string[]): Promise<Row> {
   const lock = async () => (await UPDATE(CONTROLS).with({ rateWindow: { ref: ['rateWindow'] } }).where(key(appid, queue))) as unknown as number
   if (!(await lock())) {
-    await UPSERT.into(CONTROLS).entries(key(appid, queue))
+    await created(appid, queue)
     await lock()
   }
   return (await SELECT.one.from(CONTROLS).columns(...columns).where(key(appid, queue))) as Row
+}
+
+/**
+ * Creates the row of `queue` unless it exists, writing its keys only: a transaction that created it at the same time
+ * and committed first keeps what it wrote. Not CAP's UPSERT on SQLite and PostgreSQL: it writes every column, those it
+ * is not given as its statement's snapshot saw the row, so on PostgreSQL a row created and written by another
+ * transaction meanwhile lost what that one wrote (test/cap-contract.test.js "UPSERT"); instances starting together each
+ * took a rate limit's whole window. Elsewhere (HANA, the portable store's other target) CAP's UPSERT, untested here.
+ */
+async function created(appid: string | undefined, queue: string): Promise<void> {
+  const db = cds.db as unknown as { kind: string; run(sql: string, params: unknown[]): Promise<unknown> }
+  if (db.kind !== 'sqlite' && db.kind !== 'postgres') return void (await UPSERT.into(CONTROLS).entries(key(appid, queue)))
+  const { appid: app, queue: name } = key(appid, queue)
+  await db.run(dialectFor(db.kind).prepare(`INSERT INTO ${TABLE} (appid, queue) VALUES (?, ?) ON CONFLICT (appid, queue) DO NOTHING`), [app, name])
 }
 
 /** The controls of this app's queues (only those with a row: every other queue runs freely). */
