@@ -157,22 +157,23 @@ function I5(f) {
     const runs = f.runs.get(row.ID) ?? []
     const what = isCallback(row) ? `the ${row.event.split('/')[1]} callback of ${row.wid}` : row.wid
     if (runs.some(r => r.outcome === 'unrecoverable')) continue
-    // A revival resets dead letters only: one whose filter covered the row while it was pending left its attempts, as
-    // the number of the row's next attempt shows (seed 45: a reviveAll of its service between attempts 3 and 4).
-    const reset = a => runs.find(r => r.start >= a.from - MARGIN)?.attempt === 1
-    const revived = f.history.operator.filter(a => a.action.startsWith('revive') && f.succeeded(a) && f.covers(a, { ID: row.ID, service: f.asked.get(row.wid).message.service, tenant: row.tenant }) && reset(a))
-    const since = Math.max(-Infinity, ...revived.map(a => a.from))
-    const life = runs.filter(r => r.start >= since - MARGIN)
+    // A revival resets dead letters only, and takes effect somewhere between its call and its answer (a CLI may wait
+    // for SQLite's lock for seconds): the row's life since its last revival starts with the last run that restarted
+    // at attempt 1 after a revival covering it had begun. A revival that found the row pending left its attempts, and
+    // its runs go on counting up (seed 45: a reviveAll of its service between attempts 3 and 4).
+    const revived = f.history.operator.filter(a => a.action.startsWith('revive') && f.succeeded(a) && f.covers(a, { ID: row.ID, service: f.asked.get(row.wid).message.service, tenant: row.tenant }))
+    const restart = runs.findLastIndex((r, i) => i > 0 && r.attempt === 1 && revived.some(a => r.start >= a.from - MARGIN))
+    const life = restart > 0 ? runs.slice(restart) : runs
     const started = life.length
     // a failure whose outcome could not be written (process died, database away) is not charged: its lease is
     const failed = life.filter(r => CHARGED.test(r.outcome ?? '') && !f.excuse(r.pid, r.start, r.end + 2000, row.ID)).length
     if (row.attempts < failed) {
-      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${revived.length ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
+      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is charged ${row.attempts} attempts, but ${failed} of its attempts failed or timed out${restart > 0 ? ' since its last revival' : ''}: ${life.map(f.describeRun).join('; ')}` })
     }
     const unseen = unseenAttempts(f, row)
     if (row.attempts > started + unseen) {
       const dead = isDead(row, f.settings) ? 'a dead letter' : 'a message'
-      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is ${dead} charged ${row.attempts} attempts, but ${started} started${revived.length ? ' since its last revival' : ''}${unseen ? ` (+${unseen} a killed process may have lost unseen)` : ''}: ${runs.map(f.describeRun).join('; ') || 'no runs'}` })
+      violations.push({ wid: row.wid, ids: [row.ID], text: `${what} (message ${row.ID}) is ${dead} charged ${row.attempts} attempts, but ${started} started${restart > 0 ? ' since its last revival' : ''}${unseen ? ` (+${unseen} a killed process may have lost unseen)` : ''}: ${runs.map(f.describeRun).join('; ') || 'no runs'}` })
     }
   }
   return violations.map(v => ({ ...v, invariant: 'I5', title: 'an attempt is charged when it started (and only then): a dead letter started maxAttempts attempts' }))
