@@ -3,7 +3,7 @@ import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
 import type { QueueStore } from '../store'
 import { isDeadLetter } from '../store/rules'
 import { dispatchInTx, runtimeInfo, traced } from './dispatch'
-import { failed, mayStart, NOT_STARTED, succeeded } from './outcomes'
+import { failed, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
 import { clock } from '../time/clock'
 
 /** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
@@ -42,7 +42,7 @@ export async function attempt(row: MessageRow, claim: Claim, queue: QueueSetting
   const prepared = prepare(row, queue)
   if (prepared.outcome) return prepared
   const message = prepared.message
-  if (!(await mayStart(row, claim, message, store))) return { outcome: NOT_STARTED, message }
+  if (isOccurrence(row, message) && !(await stillScheduled(claim, store))) return { outcome: NOT_STARTED, message }
   try {
     await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>
       succeeded(row, claim, message, queue, store, srv, result), { atStart: () => store.lockOnBegin(), claimed: row }))

@@ -9,7 +9,7 @@ import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
 import { throwIfTenantGone } from './lease'
-import { failed, isOccurrence, mayStart, NOT_STARTED, succeeded } from './outcomes'
+import { failed, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
 import { wireHeaders } from '../wire'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -91,11 +91,11 @@ export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, 
 
 /**
  * Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. A task's
- * occurrence only heads one: whether it may start is read before the transaction begins (see `mayStart`).
+ * occurrence only heads one: whether it may start is read before the transaction begins (see `stillScheduled`).
  */
 async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<number> {
   const head = group[0]
-  if (!(await mayStart(head.row, head.claim, head.message, store))) {
+  if (isOccurrence(head.row, head.message) && !(await stillScheduled(head.claim, store))) {
     // as a message that must not run (attemptBatch): unless the runner handed it back meanwhile
     results[head.index] = head.start() ? { outcome: NOT_STARTED, message: head.message } : { outcome: failed(head.signal.reason, head.row, queue) }
     return 1

@@ -31,18 +31,18 @@ export function isOccurrence(row: MessageRow, message: DecodedMessage): boolean 
 }
 
 /**
- * Whether a claimed occurrence may start: a task unscheduled (its row deleted) or re-scheduled (its row released)
- * after the claim, while messages ahead of it in its slot ran, does not run it. Claimed is not running yet: "a run in
- * progress completes" (SCHEDULING.md) is about a handler that started. Checked in a transaction of its own right
- * before the run's begins (an occurrence heads its transaction, see batch.ts): beginning the run's transaction earlier
- * would hold SQLite's one connection and write lock while a handler that writes nothing awaits. Messages: always
- * (nobody changes a claimed message's row).
+ * Whether a claimed occurrence of a task may start: a task unscheduled (its row deleted) or re-scheduled (its row
+ * released) after the claim, while messages ahead of it in its slot ran, does not run it. Claimed is not running yet:
+ * "a run in progress completes" (SCHEDULING.md) is about a handler that started. Checked in a transaction of its own
+ * right before the run's begins (an occurrence heads its transaction, see batch.ts): beginning the run's transaction
+ * earlier would hold SQLite's one connection and write lock while a handler that writes nothing awaits. Only for
+ * occurrences (`isOccurrence`): nobody changes a claimed message's row, and a message's attempt awaits nothing more.
  */
-export async function mayStart(row: MessageRow, claim: Claim, message: DecodedMessage, store: QueueStore): Promise<boolean> {
-  return !isOccurrence(row, message) || (await inOwnTransaction(() => store.held([claim]))).has(claim.ID)
+export async function stillScheduled(claim: Claim, store: QueueStore): Promise<boolean> {
+  return (await inOwnTransaction(() => store.held([claim]))).has(claim.ID)
 }
 
-/** The outcome of an occurrence that `mayStart` stopped: nothing is written (the row is gone or no longer ours). */
+/** The outcome of an occurrence that was not `stillScheduled`: nothing is written (the row is gone or no longer ours). */
 export const NOT_STARTED: Outcome = { kind: 'lost', beforeStart: true }
 
 /**
