@@ -100,20 +100,16 @@ function breaker(f) {
       if (!early.length) return { streak, probeDue }
       return { violation: { pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` } }
     }
+    /** The breaker after the runs of `order` ended in `state`, or the first violation on the way. */
+    const replay = (state, order) => order.reduce((s, run) => (s.violation ? s : step(s, run)), state)
     let states = new Map([['0|', { streak: 0, probeDue: undefined }]])
     let violation
     for (const ties of tiesInEndOrder(own)) {
       const next = new Map()
-      for (const state of states.values()) {
-        for (const order of orders(ties, isFailure)) {
-          let s = state
-          for (const run of order) {
-            s = step(s, run)
-            if (s.violation) break
-          }
-          if (s.violation) violation ??= s.violation
-          else next.set(`${s.streak}|${s.probeDue ?? ''}`, s)
-        }
+      const each = [...orders(ties, isFailure)]
+      for (const end of [...states.values()].flatMap(state => each.map(order => replay(state, order)))) {
+        if (end.violation) violation ??= end.violation
+        else next.set(`${end.streak}|${end.probeDue ?? ''}`, end)
       }
       states = next
       if (!states.size) break
