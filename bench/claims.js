@@ -55,7 +55,7 @@ async function claimer(client, owner, limit, record) {
     const claimedAt = new Date(now).toISOString()
     const t0 = performance.now()
     await client.query('BEGIN')
-    const { changes } = await run(client, statements.claim(own, ownE, postgres.skipLocked, owner, claimedAt, now + 3_600_000, limit, []))
+    const { changes } = await run(client, statements.claim(own, ownE, postgres, owner, claimedAt, now + 3_600_000, limit, []))
     const t1 = performance.now()
     const rows = changes ? (await run(client, statements.claimedRows(postgres, owner, claimedAt))).rows : []
     const t2 = performance.now()

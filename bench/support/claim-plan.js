@@ -12,7 +12,7 @@ async function claimPlan(client, limit) {
   const { postgres } = require(path.join(REPO, 'lib', 'store', 'postgres'))
   await indexAndAnalyze(client)
   const now = new Date().toISOString()
-  const { sql, params } = statements.claim(ownRowsSql(undefined), ownRowsSql(undefined, 'e.'), postgres.skipLocked, 'bench', now, Date.now() + 3600_000, limit, [])
+  const { sql, params } = statements.claim(ownRowsSql(undefined), ownRowsSql(undefined, 'e.'), postgres, 'bench', now, Date.now() + 3600_000, limit, [])
   await client.query('BEGIN')
   try {
     const { rows } = await client.query({ text: `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${postgres.prepare(sql)}`, values: params })

@@ -13,6 +13,13 @@ export interface Dialect {
   /** Appended to the claim's row selection so concurrent claimers skip rows another one is claiming. */
   readonly skipLocked: string
   /**
+   * The condition "ID is one of those `select` returns", for statements that change the rows a subquery chose. It
+   * must find each chosen row by its key whatever the planner's statistics say: a queue table is mostly empty when
+   * ANALYZE runs, and a plan for an empty table that reads the chosen IDs once per row of the table makes a claim
+   * take seconds when a burst arrives.
+   */
+  idIn(select: string): string
+  /**
    * A timestamp column read as ISO text. Drivers return timestamps differently: pg turns a TIMESTAMP (no zone)
    * into a Date in the process's local zone, which is wrong by the zone's offset unless TZ is UTC.
    */

@@ -156,9 +156,8 @@ export class NativeStore implements BatchingStore {
    */
   async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
     const claimedAt = iso(now)
-    const { skipLocked } = this.dialect
     const claim = (own: Fragment, rows: number, bytes: number) =>
-      this.changes(statements.claim(own, this.ownE, skipLocked, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
+      this.changes(statements.claim(own, this.ownE, this.dialect, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
     let claimed = await claim(this.own, limit, maxBytes)
     if (claimed < limit && this.old && this.oldRowsLeft) {
       // what the first claim left of the bytes, asked only while rows from before CAP had appid may be left
@@ -290,11 +289,11 @@ export class NativeStore implements BatchingStore {
    * The number of rows changed. Keyed rows others wrote are held back by `holdBack`.
    */
   async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
-    const { skipLocked } = this.dialect
-    let changed = await this.changes(statements.resurrect(this.own, limits, skipLocked, now))
-    changed += await this.changes(statements.releasedByOthers(this.own, skipLocked, now))
-    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, true))
-    changed += await this.changes(statements.observeForeignClaims(this.own, skipLocked, now, timeout, false))
+    const { dialect } = this
+    let changed = await this.changes(statements.resurrect(this.own, limits, dialect, now))
+    changed += await this.changes(statements.releasedByOthers(this.own, dialect, now))
+    changed += await this.changes(statements.observeForeignClaims(this.own, dialect, now, timeout, true))
+    changed += await this.changes(statements.observeForeignClaims(this.own, dialect, now, timeout, false))
     changed += await this.promoteOrphans()
     // Old rows appear while CAP's runners of older versions still write during an upgrade: look again now and then.
     this.oldRowsLeft = !!this.old
@@ -306,7 +305,7 @@ export class NativeStore implements BatchingStore {
    * `QueueStore.holdBack`).
    */
   async holdBack(): Promise<HeldBack> {
-    const held = await this.changes(statements.park(this.own, this.ownE, this.dialect.skipLocked, RECONCILE_BATCH))
+    const held = await this.changes(statements.park(this.own, this.ownE, this.dialect, RECONCILE_BATCH))
     return { held, more: held === RECONCILE_BATCH }
   }
 
@@ -413,7 +412,7 @@ export class NativeStore implements BatchingStore {
   async deleteExpiredDeadLetters(limits: AttemptLimits, retentions: Retentions, now: number, limit: number): Promise<DeletedMessage[]> {
     const expired = expiredSql(retentions, now)
     if (!expired) return []
-    return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect.skipLocked, limit))
+    return this.rows<DeletedMessage>(statements.deleteExpiredDeadLetters(this.own, limits, expired, this.dialect, limit))
   }
 
   async ping(): Promise<void> {

@@ -15,6 +15,10 @@ export const postgres: Dialect = {
     return sql.replace(/\?/g, () => `$${++n}`)
   },
   skipLocked: 'FOR UPDATE SKIP LOCKED',
+  // An array subquery runs once, before the statement (an InitPlan), and `= ANY` of it is an index condition on the
+  // primary key: no join order for the planner to choose. `IN (subquery)` is a semi-join, and with the statistics of
+  // an empty table the planner put the table outside: 0.7 s per claim of 500 rows among 3,000 (postgres-claiming).
+  idIn: select => `ID = ANY(ARRAY(${select}))`,
   // Timestamps are written as UTC ISO strings into TIMESTAMP columns (zone dropped), so they read back as UTC.
   isoText: column => `to_char(${column}, 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`,
   // now() is the transaction's start; the columns hold UTC without a zone

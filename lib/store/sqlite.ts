@@ -6,6 +6,8 @@ export const sqlite: Dialect = {
   prepare: sql => sql,
   // SQLite has one writer at a time: the claim's UPDATE is atomic without row locks.
   skipLocked: '',
+  // SQLite runs a non-correlated IN subquery once (EXPLAIN QUERY PLAN: LIST SUBQUERY) and looks each ID up in the key
+  idIn: select => `ID IN (${select})`,
   // Stored as ISO text by the store; no conversion. No wake-up: SQLite has no notifications between processes.
   isoText: column => column,
   // the format the store writes timestamps in; CURRENT_TIMESTAMP has whole seconds only

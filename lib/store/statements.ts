@@ -3,6 +3,9 @@ import type { Dialect } from './dialect'
 import { iso } from './rows'
 import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
+/** What the statements that change rows a subquery chose need of the dialect. */
+type Locking = Pick<Dialect, 'skipLocked' | 'idIn'>
+
 /**
  * The SQL text of every statement the queue runs, built from named fragments. Placeholders are `?`; the dialect
  * translates them. Each function returns the statement with its parameters.
@@ -111,11 +114,12 @@ export function promoteNext(keys: string[], ownF: Fragment): Fragment {
  * earlier message of their key, at most `limit` (see `NativeStore.holdBack`). Only rows never attempted: their due
  * time is their `timestamp`, which `promoteNext` restores.
  */
-export function park(own: Fragment, ownE: Fragment, skipLocked: string, limit: number): Fragment {
+export function park(own: Fragment, ownE: Fragment, dialect: Locking, limit: number): Fragment {
   const first = firstOfItsKey(ownE)
+  const parked = `SELECT r.ID FROM ${TABLE} r WHERE r.orderingKey IS NOT NULL
+      AND r.dueAt < ${PARKED} AND r.status IS NULL AND r.attempts = 0 AND ${own.sql} AND NOT ${first.sql} LIMIT ? ${dialect.skipLocked}`
   return {
-    sql: `UPDATE ${TABLE} SET dueAt = ${PARKED} WHERE ID IN (SELECT r.ID FROM ${TABLE} r WHERE r.orderingKey IS NOT NULL
-      AND r.dueAt < ${PARKED} AND r.status IS NULL AND r.attempts = 0 AND ${own.sql} AND NOT ${first.sql} LIMIT ? ${skipLocked})`,
+    sql: `UPDATE ${TABLE} SET dueAt = ${PARKED} WHERE ${dialect.idIn(parked)}`,
     params: [...own.params, ...first.params, limit]
   }
 }
@@ -202,12 +206,12 @@ export function deleteTask(IDs: string[], task: string, own: Fragment): Fragment
  * first interruption is free; the row then runs alone, at once after its claim, and every further interruption counts
  * as an attempt — a message that kills its process every time still ends as a dead letter.
  */
-export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes = Number.MAX_SAFE_INTEGER): Fragment {
+export function claim(own: Fragment, ownE: Fragment, dialect: Locking, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes = Number.MAX_SAFE_INTEGER): Fragment {
   const free = keyIsFree(ownE, claimedAt)
   const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
   const candidates = `SELECT r.ID, r.dueAt, COALESCE(octet_length(r.msg), 0) AS size FROM ${TABLE} r
     WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL) ${skip} AND ${free.sql}
-    ORDER BY r.dueAt LIMIT ? ${skipLocked}`
+    ORDER BY r.dueAt LIMIT ? ${dialect.skipLocked}`
   // `upto`: the bytes of the candidates up to and including this one; the first one's is its own size
   const withinBytes = `SELECT w.ID FROM (SELECT c.ID, c.size, SUM(c.size) OVER (ORDER BY c.dueAt, c.ID) AS upto FROM (${candidates}) c) w
     WHERE w.upto <= ? OR w.upto = w.size`
@@ -217,7 +221,7 @@ export function claim(own: Fragment, ownE: Fragment, skipLocked: string, owner: 
         lastError = CASE WHEN status = '${PROCESSING}' AND interrupted > 0
           THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
         interrupted = interrupted + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END
-      WHERE ID IN (${withinBytes})`,
+      WHERE ${dialect.idIn(withinBytes)}`,
     params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit, maxBytes]
   }
 }
@@ -341,25 +345,25 @@ export function nextDue(dialect: Dialect, own: Fragment, after: number, skipTarg
  * Reconciliation (see `NativeStore.reconcile`): dead letters whose attempts are below their queue's limit again (CAP's
  * recipe revives with `attempts = 0`; a raised `maxAttempts`) become due.
  */
-export function resurrect(own: Fragment, limits: AttemptLimits, skipLocked: string, now: number): Fragment {
+export function resurrect(own: Fragment, limits: AttemptLimits, dialect: Locking, now: number): Fragment {
   const alive = deadLettersSql(limits, false)
-  return reconciling('dueAt = ?', [iso(now)], { sql: `dueAt IS NULL AND status IS NULL AND ${own.sql} AND ${alive.sql}`, params: [...own.params, ...alive.params] }, skipLocked)
+  return reconciling('dueAt = ?', [iso(now)], { sql: `dueAt IS NULL AND status IS NULL AND ${own.sql} AND ${alive.sql}`, params: [...own.params, ...alive.params] }, dialect)
 }
 
 /**
  * The UPDATEs of the reconciliation take their rows as the claim does: rows another runner holds locked (CAP's
  * runner with legacyLocking keeps them locked while its handlers run) are skipped, not waited for.
  */
-function reconciling(set: string, params: unknown[], where: Fragment, skipLocked: string): Fragment {
+function reconciling(set: string, params: unknown[], where: Fragment, dialect: Locking): Fragment {
   return {
-    sql: `UPDATE ${TABLE} SET ${set} WHERE ID IN (SELECT ID FROM ${TABLE} WHERE ${where.sql} ${skipLocked})`,
+    sql: `UPDATE ${TABLE} SET ${set} WHERE ${dialect.idIn(`SELECT ID FROM ${TABLE} WHERE ${where.sql} ${dialect.skipLocked}`)}`,
     params: [...params, ...where.params]
   }
 }
 
 /** Reconciliation: rows another writer released (`status` null) while this plugin's columns still name a claim. */
-export function releasedByOthers(own: Fragment, skipLocked: string, now: number): Fragment {
-  return reconciling(`${UNCLAIMED.sql}, dueAt = ?`, [iso(now)], { sql: `status IS NULL AND claimedBy IS NOT NULL AND ${own.sql}`, params: own.params }, skipLocked)
+export function releasedByOthers(own: Fragment, dialect: Locking, now: number): Fragment {
+  return reconciling(`${UNCLAIMED.sql}, dueAt = ?`, [iso(now)], { sql: `status IS NULL AND claimedBy IS NOT NULL AND ${own.sql}`, params: own.params }, dialect)
 }
 
 /**
@@ -367,13 +371,13 @@ export function releasedByOthers(own: Fragment, skipLocked: string, now: number)
  * `timeout` (`expired: false`), or due at once when their `lastAttemptTimestamp` is older than that already
  * (`expired: true`, CAP's own rule). Two statements: a parameter as the value of a CASE has no type on PostgreSQL.
  */
-export function observeForeignClaims(own: Fragment, skipLocked: string, now: number, timeout: number, expired: boolean): Fragment {
+export function observeForeignClaims(own: Fragment, dialect: Locking, now: number, timeout: number, expired: boolean): Fragment {
   const age = expired ? 'lastAttemptTimestamp IS NOT NULL AND lastAttemptTimestamp < ?' : '(lastAttemptTimestamp IS NULL OR lastAttemptTimestamp >= ?)'
   return reconciling(
     'claimedBy = ?, claimedAt = ?, dueAt = ?',
     [FOREIGN_CLAIM, iso(now), iso(expired ? now : now + timeout)],
     { sql: `status IS NOT NULL AND claimedBy IS NULL AND ${age} AND ${own.sql}`, params: [iso(now - timeout), ...own.params] },
-    skipLocked
+    dialect
   )
 }
 
@@ -413,12 +417,12 @@ export function queueStatistics(dialect: Dialect, own: Fragment, limits: Attempt
  * rows are chosen once, in a materialized CTE: PostgreSQL may evaluate `IN (SELECT … LIMIT n)` more than once in a
  * DELETE, and then deletes more than `limit` rows (measured: 880 of a batch of 500).
  */
-export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, expired: Fragment, skipLocked: string, limit: number): Fragment {
+export function deleteExpiredDeadLetters(own: Fragment, limits: AttemptLimits, expired: Fragment, dialect: Locking, limit: number): Fragment {
   const dead = deadLettersSql(limits)
   return {
     sql: `WITH doomed AS MATERIALIZED (SELECT ID FROM ${TABLE} WHERE ${own.sql} AND ${NOT_DUE.sql} AND status IS NULL
-        AND ${BLOCKS_NOTHING.sql} AND ${dead.sql} AND ${expired.sql} LIMIT ? ${skipLocked})
-      DELETE FROM ${TABLE} WHERE ID IN (SELECT ID FROM doomed)
+        AND ${BLOCKS_NOTHING.sql} AND ${dead.sql} AND ${expired.sql} LIMIT ? ${dialect.skipLocked})
+      DELETE FROM ${TABLE} WHERE ${dialect.idIn('SELECT ID FROM doomed')}
       RETURNING ID AS "ID", target AS "target", service AS "service", event AS "event"`,
     params: [...own.params, ...dead.params, ...expired.params, limit]
   }
