@@ -92,7 +92,7 @@ async function remoteDrain(kind, impl, server, remote, concurrency) {
 
 /** Commit in one process, handler start in another (the plugin's NOTIFY wake-up), one message at a time. */
 async function crossProcessLatency(server) {
-  const { db, cleanup } = await postgresDb(server)
+  const { db, cleanup } = await newDatabase('postgres', server)
   const children = []
   try {
     await runOnce('instance.js', environment('plugin', db, { BENCH_ROLE: 'fill', BENCH_COUNT: '0' }))
@@ -122,7 +122,7 @@ async function crossProcessLatency(server) {
  * with what the database's backends waited for meanwhile and, for the plugin, each process's claims.
  */
 async function scaleOut(server, impl, count) {
-  const { db, database, cleanup } = await postgresDb(server)
+  const { db, database, cleanup } = await newDatabase('postgres', server)
   const children = []
   try {
     await runOnce('instance.js', environment(impl, db, { BENCH_ROLE: 'fill', BENCH_COUNT: String(config.messages) }))
@@ -155,7 +155,7 @@ async function scaleOut(server, impl, count) {
 
 /** EXPLAIN ANALYZE of the claim on a backlog of `config.messages` due messages. */
 async function planOfClaim(server) {
-  const { db, database, cleanup } = await postgresDb(server)
+  const { db, database, cleanup } = await newDatabase('postgres', server)
   try {
     await runOnce('instance.js', environment('plugin', db, { BENCH_ROLE: 'fill', BENCH_COUNT: String(config.messages) }))
     return await withClient(client => claimPlan(client, 500), database, server)
