@@ -23,15 +23,18 @@ async function drainWithCap(cds, queued) {
 
 /** Times every claim of the plugin's store (bench-side instrumentation: the plugin itself is unchanged). */
 function timeClaims() {
-  const { Store } = require(path.join(REPO, 'lib', 'store'))
+  const { NativeStore } = require(path.join(REPO, 'lib', 'store', 'native'))
+  const { PortableStore } = require(path.join(REPO, 'lib', 'store', 'portable'))
   const claims = { durations: [], rows: 0 }
-  const claim = Store.prototype.claim
-  Store.prototype.claim = async function (...args) {
-    const start = performance.now()
-    const rows = await claim.apply(this, args)
-    claims.durations.push(performance.now() - start)
-    claims.rows += rows.length
-    return rows
+  for (const Store of [NativeStore, PortableStore]) {
+    const claim = Store.prototype.claim
+    Store.prototype.claim = async function (...args) {
+      const start = performance.now()
+      const rows = await claim.apply(this, args)
+      claims.durations.push(performance.now() - start)
+      claims.rows += rows.length
+      return rows
+    }
   }
   return () => {
     const { durations, rows } = claims
