@@ -72,33 +72,83 @@ function* orders(ties, failed) {
 }
 
 /**
+ * Where each process's own failures may have opened a breaker: the end of every failed attempt that ends a run of
+ * `failures` failed ones of that process, in end order. More than the plugin opens (probes, closings and ties are
+ * left out): it only ever excuses.
+ */
+function openingsPerProcess(runs, failures, isFailure) {
+  const openings = new Map()
+  for (const [pid, own] of groupBy(runs, r => r.pid)) {
+    let streak = 0
+    for (const run of own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)) {
+      streak = isFailure(run) ? streak + 1 : run.outcome === 'ok' ? 0 : streak
+      if (streak >= failures) (openings.get(pid) ?? openings.set(pid, []).get(pid)).push(run.end)
+    }
+  }
+  return openings
+}
+
+/**
  * A circuit breaker per process, replayed from the attempts as they ended: `failures` consecutive failed attempts
  * (a timed-out one is a failure, issue 22) open it at the end of the last; then nothing new may start until the
  * probe is due, one probeInterval later, except what was claimed before (CLAIMED_BEFORE). The first attempt that
  * starts from then on is the probe: its success closes the breaker, its failure opens it again. Attempts that
  * started before the probe was due and end later neither open nor close it. Ties (SETTLE_MARGIN) may have settled in
  * any order: the replay follows every order, and reports a violation only if each of them has one.
+ * The breaker is shared (docs/REMOTE-SYSTEMS.md): another process's opening pauses this one too, and while it is
+ * open this process's own failures open nothing: its probe is due when that opening's is. So where another process
+ * may have opened it less than a probeInterval before this one's failures would, the earliest such opening is the
+ * one in force (seed 27: C opened it at 21.4 s, A's third failure ended at 24.2 s while it was open, and A probed
+ * at 27.4 s as C's opening said). And every process probes when the probe is due: where this process's probe failed
+ * and another's of the same turn succeeded, the success closed the breaker everywhere (seed 27: C's probe failed at
+ * 10.03 s, A's succeeded at 10.05 s, C resumed at 10.07 s), so it is open only until that success ended.
  */
 function breaker(f) {
   const violations = []
+  const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+  const runsOf = service => [...f.runs.values()].flat().filter(r => r.service === service)
+  const shared = new Map()
+  const openingsOf = (service, failures) => {
+    if (!shared.has(service)) shared.set(service, openingsPerProcess(runsOf(service), failures, isFailure))
+    return shared.get(service)
+  }
   for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
-    const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
+    /** The earliest opening by another process that may still hold at `at`, with its process. */
+    const openElsewhere = at => {
+      let found
+      for (const [other, ends] of openingsOf(service, failures)) {
+        if (other === pid) continue
+        const o = ends.find(end => end <= at && at < end + probeInterval)
+        if (o !== undefined && (found === undefined || o < found.at)) found = { at: o, pid: other }
+      }
+      return found
+    }
+    /** The first success of another process's probe of the turn due at `due`, begun by the time this one's failed at `failedAt`. */
+    const probeSucceededElsewhere = (due, failedAt) => runsOf(service)
+      .filter(r => r.pid !== pid && r.outcome === 'ok' && r.end !== undefined && r.start >= due - WINDOW_MARGIN && r.start <= failedAt + SETTLE_MARGIN)
+      .sort((a, b) => a.end - b.end)[0]
     /** The breaker after `run` ended in `state`; or the violation its opening shows. */
     const step = ({ streak, probeDue }, run) => {
       const failed = isFailure(run)
+      let probed
       if (probeDue !== undefined) {
         if (run.start < probeDue - WINDOW_MARGIN) return { streak, probeDue } // claimed before the probe was due
-        probeDue = undefined // the probe
+        probed = probeDue // the probe
+        probeDue = undefined
         streak = failed ? failures : 0
       } else {
         streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
       }
       if (streak < failures) return { streak, probeDue }
       const opened = run.end
-      probeDue = opened + probeInterval
-      const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < probeDue - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
-      if (!early.length) return { streak, probeDue }
-      return { violation: { pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` } }
+      const elsewhere = openElsewhere(opened)
+      probeDue = (elsewhere?.at ?? opened) + probeInterval
+      const closer = probed !== undefined ? probeSucceededElsewhere(probed, opened) : undefined
+      const until = closer ? Math.min(probeDue, closer.end) : probeDue
+      const early = own.filter(r => r.start > opened + CLAIMED_BEFORE && r.start < until - WINDOW_MARGIN && !stalled(f, pid, opened - CLAIMED_BEFORE, r.start))
+      if (!early.length) return closer ? { streak: 0, probeDue: undefined } : { streak, probeDue }
+      const also = elsewhere ? ` (open since ${f.time(elsewhere.at)} by process ${elsewhere.pid}'s failures)` : ''
+      return { violation: { pids: [pid], text: `process ${pid}: the circuit breaker of ${service} (failures ${failures}, probeInterval ${probeInterval} ms) opened after ${failures} failed attempts ending at ${f.time(opened)}${also} (the last: ${f.describeRun(run)}), yet ${early.length} attempts started before the probe was due: ${early.slice(0, 3).map(f.describeRun).join('; ')}` } }
     }
     /** The breaker after the runs of `order` ended in `state`, or the first violation on the way. */
     const replay = (state, order) => order.reduce((s, run) => (s.violation ? s : step(s, run)), state)
