@@ -71,10 +71,15 @@ async function drain(cds, queues, fill, count, eager) {
   const start = now()
   const cpu = process.cpuUsage()
   const { left, flushes } = await untilEmpty(cds, queues, start + config.drainTimeout, eager)
+  return { ...drained(count, start, cpu, left), flushes }
+}
+
+/** The figures of a drain of `count` messages begun at `start` (and `cpu`), `left` of them still in the table. */
+function drained(count, start, cpu, left) {
   const seconds = (now() - start) / 1000
   const used = process.cpuUsage(cpu)
   // CPU of this process per message: the contender's own cost, less sensitive to other load on the machine than msg/s
-  return { perSecond: left === 0 ? count / seconds : NaN, seconds, left, flushes, cpuMicros: (used.user + used.system) / count }
+  return { perSecond: left === 0 ? count / seconds : NaN, seconds, left, cpuMicros: (used.user + used.system) / count }
 }
 
 /**
@@ -96,9 +101,7 @@ async function drainEmitted(cds, queued, event, count) {
     await sleep(config.pollEvery)
     left = await pending(cds)
   }
-  const seconds = (now() - start) / 1000
-  const used = process.cpuUsage(cpu)
-  return { perSecond: left === 0 ? count / seconds : NaN, seconds, left, cpuMicros: (used.user + used.system) / count }
+  return drained(count, start, cpu, left)
 }
 
 /** Commit-to-handler latency: one message per transaction, the next one after the handler started. */

@@ -106,17 +106,20 @@ function openingsPerProcess(runs, failures, isFailure) {
 function breaker(f) {
   const violations = []
   const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
-  const runsOf = service => [...f.runs.values()].flat().filter(r => r.service === service)
-  const shared = new Map()
-  const openingsOf = (service, failures) => {
-    if (!shared.has(service)) shared.set(service, openingsPerProcess(runsOf(service), failures, isFailure))
-    return shared.get(service)
+  // per service, computed once: its runs in every process, and where each process's failures may have opened it
+  const ofService = new Map()
+  const shared = (service, failures) => {
+    if (!ofService.has(service)) {
+      const runs = [...f.runs.values()].flat().filter(r => r.service === service)
+      ofService.set(service, { runs, openings: openingsPerProcess(runs, failures, isFailure) })
+    }
+    return ofService.get(service)
   }
   for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
     /** The earliest opening by another process that may still hold at `at`, with its process. */
     const openElsewhere = at => {
       let found
-      for (const [other, ends] of openingsOf(service, failures)) {
+      for (const [other, ends] of shared(service, failures).openings) {
         if (other === pid) continue
         const o = ends.find(end => end <= at && at < end + probeInterval)
         if (o !== undefined && (found === undefined || o < found.at)) found = { at: o, pid: other }
@@ -124,7 +127,7 @@ function breaker(f) {
       return found
     }
     /** The first success of another process's probe of the turn due at `due`, begun by the time this one's failed at `failedAt`. */
-    const probeSucceededElsewhere = (due, failedAt) => runsOf(service)
+    const probeSucceededElsewhere = (due, failedAt) => shared(service, failures).runs
       .filter(r => r.pid !== pid && r.outcome === 'ok' && r.end !== undefined && r.start >= due - WINDOW_MARGIN && r.start <= failedAt + SETTLE_MARGIN)
       .sort((a, b) => a.end - b.end)[0]
     /** The breaker after `run` ended in `state`; or the violation its opening shows. */
