@@ -48,3 +48,29 @@ describe('cds.requires.queue: false', () => {
     expect(failures).toBe(1)
   })
 })
+
+describe('cds.requires.queue: false, on a database a persistent queue used before', () => {
+  // The app ran with the persistent queue, then switched it off: its table (the plugin's columns) and a dead letter
+  // of a queue with maxAttempts 3 (3 attempts) are still in the database. Nothing is persisted now, so nothing of the table may run.
+  beforeAll(async () => {
+    await cds.run(`CREATE TABLE cds_outbox_Messages (ID VARCHAR(36) PRIMARY KEY, timestamp TIMESTAMP, target VARCHAR(255),
+      msg TEXT, attempts INTEGER DEFAULT 0, partition INTEGER DEFAULT 0, lastError TEXT, lastAttemptTimestamp TIMESTAMP,
+      status VARCHAR(23), task VARCHAR(255), appid VARCHAR(255), dueAt TIMESTAMP, claimedBy VARCHAR(255), claimedAt TIMESTAMP,
+      interrupted INTEGER DEFAULT 0, orderingKey VARCHAR(255), service VARCHAR(255), event VARCHAR(255))`)
+    const msg = JSON.stringify({ event: 'note', data: { n: 'stored' }, inbound: false })
+    const past = new Date(Date.now() - 60_000).toISOString()
+    // literal values: plain SQL's parameter markers differ between the databases
+    await cds.run(`INSERT INTO cds_outbox_Messages (ID, timestamp, target, msg, attempts, dueAt)
+      VALUES ('5d9c0c7e-0000-4000-8000-000000000001', '${past}', 'Target', '${msg}', 3, '${past}')`)
+  })
+
+  test("cds.flush() and the runner leave the table's rows alone: a dead letter does not run again", async () => {
+    const srv = await cds.connect.to('Target')
+    const stored = []
+    srv.on('note', req => void stored.push(req.data.n))
+    await cds.flush()
+    const rows = await cds.run('SELECT attempts FROM cds_outbox_Messages')
+    expect(stored).toEqual([])
+    expect(rows.map(r => Number(r.attempts))).toEqual([3])
+  })
+})

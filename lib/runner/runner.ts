@@ -126,9 +126,12 @@ export class Runner {
     return this.loop.claims
   }
 
-  /** Starts periodic processing and sweeps what earlier processes left. */
+  /**
+   * Starts periodic processing and sweeps what earlier processes left. Without persistence (`cds.requires.queue:
+   * false`) there is nothing to process: rows a persistent queue left in the table stay as they are.
+   */
   async start(): Promise<void> {
-    if (this.started || !cds.db) return
+    if (this.started || !cds.db || !this.settings.persistent) return
     this.started = true
     this.stopping = false
     this.stopped = undefined
@@ -219,9 +222,9 @@ export class Runner {
     }
   }
 
-  /** Resolves once nothing processable is left; keeps the process alive meanwhile. */
+  /** Resolves once nothing processable is left; keeps the process alive meanwhile. In memory, nothing is left after commit. */
   flush(): Promise<void> {
-    return this.loop.flush()
+    return this.settings.persistent ? this.loop.flush() : Promise.resolve()
   }
 
   /** Runs claimed rows of one queue in a slot (`claimedBy` other than the owner: a reserved message, see reservations.ts). */
