@@ -1,3 +1,5 @@
+import { types } from 'util'
+
 /**
  * The one way the plugin reports bad input: every message names what was wrong (an option or an argument),
  * the value received and what is allowed, so configuration and API errors read the same everywhere.
@@ -27,4 +29,15 @@ export function describe(value: unknown): string {
 /** `what` is invalid: got `value`, allowed is `allowed`. */
 export function invalid(what: string, value: unknown, allowed: string): QueueError {
   return new QueueError(`Invalid ${what}: ${describe(value)}. Expected ${allowed}.`, 'INVALID_QUEUE_INPUT')
+}
+
+/**
+ * Whether `error` is an error, also one of another realm: under jest a driver's error class (better-sqlite3's
+ * SqliteError) extends a realm's `Error` that the plugin's code does not see, so `instanceof` fails and util.inspect
+ * prints it without message and stack.
+ */
+export function isError(error: unknown): error is Error {
+  if (error instanceof Error || types.isNativeError(error)) return true
+  const e = error as { message?: unknown; stack?: unknown } | null
+  return !!e && typeof e === 'object' && typeof e.message === 'string' && typeof e.stack === 'string'
 }

@@ -1,4 +1,5 @@
 import { inspect } from 'util'
+import { isError } from './errors'
 import { maskedErrorData, maskSecrets } from './secrets'
 
 /** Stack frames kept in `lastError`: where it failed, not the whole way there. */
@@ -17,7 +18,7 @@ function withoutServerPaths(frame: string, root: string): string {
 
 /** An error's first line: name, message and code. */
 export function errorLine(error: unknown): string {
-  if (!(error instanceof Error)) return typeof error === 'string' ? error : inspect(error, { depth: 1, breakLength: Infinity })
+  if (!isError(error)) return typeof error === 'string' ? error : inspect(error, { depth: 1, breakLength: Infinity })
   const e = error as Error & { code?: unknown; statusCode?: unknown; status?: unknown }
   const code = e.code ?? e.statusCode ?? e.status
   return `${e.name}: ${e.message}${code !== undefined ? ` (code ${String(code)})` : ''}`
@@ -30,7 +31,7 @@ export function errorLine(error: unknown): string {
  */
 export function storedError(error: unknown, maxLength: number, root = process.cwd()): string {
   let text = errorLine(error)
-  if (error instanceof Error && error.stack) {
+  if (isError(error) && error.stack) {
     const frames = error.stack.split('\n').filter(line => /^\s+at /.test(line)).slice(0, STACK_FRAMES)
     if (frames.length) text += '\n' + frames.map(f => withoutServerPaths(f, root)).join('\n')
   }

@@ -1,4 +1,5 @@
 import { inspect } from 'util'
+import { isError } from './errors'
 import type { HeaderRule } from './interfaces'
 
 /**
@@ -121,7 +122,7 @@ function maskedProperty(key: string, value: unknown, depth: number, seen: Set<ob
   if (typeof value === 'string') return maskSecrets(value)
   if (!value || typeof value !== 'object') return value
   if (seen.has(value) || depth >= MAX_DEPTH) return '[…]'
-  if (value instanceof Error) return maskedError(value, depth + 1, seen)
+  if (isError(value)) return maskedError(value, depth + 1, seen)
   seen.add(value)
   if (Array.isArray(value)) return value.map((v, i) => maskedProperty(String(i), v, depth + 1, seen))
   return Object.fromEntries(ownData(value).map(([k, v]) => [k, maskedProperty(k, v, depth + 1, seen)]))
@@ -144,7 +145,9 @@ export function maskedErrorData(error: Error): Record<string, unknown> {
  */
 function maskedError(error: Error, depth = 0, seen = new Set<object>()): Error {
   seen.add(error)
-  const copy = Object.create(Object.getPrototypeOf(error) as object) as Error & Record<string, unknown>
+  // A native error with the original's prototype: util.inspect prints an error by its stack only when it is one (or of
+  // its own realm's Error), and a driver's error class may be neither (under jest, better-sqlite3's SqliteError).
+  const copy = Object.setPrototypeOf(new Error(), Object.getPrototypeOf(error) as object) as Error & Record<string, unknown>
   const define = (key: string, value: unknown): void => void Object.defineProperty(copy, key, { value, writable: true, configurable: true, enumerable: false })
   define('message', maskSecrets(error.message))
   define('stack', maskSecrets(error.stack ?? `${error.name}: ${error.message}`))
@@ -156,7 +159,7 @@ function maskedError(error: Error, depth = 0, seen = new Set<object>()): Error {
 /** A log argument with credentials masked: strings by their content, errors as masked copies, objects as printed. */
 function masked(arg: unknown): unknown {
   if (typeof arg === 'string') return maskSecrets(arg)
-  if (arg instanceof Error) return maskedError(arg)
+  if (isError(arg)) return maskedError(arg)
   if (arg && typeof arg === 'object') return maskSecrets(inspect(arg, { depth: MAX_DEPTH, breakLength: Infinity }))
   return arg
 }

@@ -18,12 +18,12 @@ const RECORDS = 'test.Records'
 const records = kind => SELECT.from(RECORDS).where({ kind })
 const testkit = require('../test.js')
 
-/** What `cds.log('queue')` logs at `level` while `fn` runs, as lines. */
+/** What `cds.log('queue')` logs at `level` while `fn` runs, as lines as a console prints them (util.format). */
 async function logged(level, fn) {
   const LOG = cds.log('queue')
   cds.log('queue', level)
   const lines = []
-  const spy = jest.spyOn(LOG, level).mockImplementation((...args) => void lines.push(args.map(a => (a instanceof Error ? a.message : String(a))).join(' ')))
+  const spy = jest.spyOn(LOG, level).mockImplementation((...args) => void lines.push(require('util').format(...args)))
   try {
     await fn()
   } finally {
@@ -91,6 +91,10 @@ describe("duplicate-delivery test mode (cds.requires.queue.deliver: 'twice')", (
     // the database's error: a unique constraint (its class is the driver's)
     expect(failure).toMatchObject({ queue: 'queue', service: 'Target', event: 'insertOnce', error: expect.objectContaining({ message: expect.stringMatching(/unique|constraint/i) }) })
     expect(lines).toEqual([expect.stringMatching(new RegExp(`^queue: message ${failure.ID} \\(Target insertOnce\\) failed on its second delivery \\(deliver: 'twice'\\), so its handlers are not idempotent: `))])
+    // what the console shows names the error, also for a driver's error class (under jest another realm's: its
+    // inspection shows neither message nor stack), and where it was thrown
+    expect(lines[0]).toMatch(/unique|constraint/i)
+    expect(lines[0]).toMatch(/\n\s+at /)
     // the first delivery's work committed and its row is gone: the second's failure is reported, not retried
     expect(await records('inserted')).toHaveLength(1)
     expect(await messages()).toEqual([])
