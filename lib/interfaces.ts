@@ -206,6 +206,16 @@ export interface NewMessage {
   event?: string
 }
 
+/** What a message written as a dead letter at once carries (an inbound message its inbox refused). */
+export interface DeadOnArrival {
+  /** At least its queue's `maxAttempts`, so that it is a dead letter by CAP's rule. */
+  attempts: number
+  /** Why it was refused (as `lastError` stores an error), or null where the queue stores no errors. */
+  lastError: string | null
+  /** When it was refused (epoch ms): its `lastAttemptTimestamp`. */
+  at: number
+}
+
 /** The event context fields that are persisted: an allow-list, so credentials never reach the table. */
 export interface StoredContext {
   id?: string

@@ -108,16 +108,24 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
   const { runner } = plugin
   const task = req.queue?.task
   const stored: Additions = { ...additions, idempotencyKey: plugin.settings.receivers.idempotencyKeys.get(original.name) }
-  // Encoded first: a call refused here has written nothing (no receipt, no sequence number).
-  let encoded = storable(req, context, original, queue, stored)
-  const receipt = isInboundMessage(req) ? plugin.inbox.receiptOf(original.name, req) : undefined
+  const inbound = isInboundMessage(req)
+  // Encoded and keyed first: a call refused here has written nothing (no receipt, no sequence number).
+  let encoded: Encoded
+  let orderingKey: string | undefined
+  try {
+    encoded = storable(req, context, original, queue, stored)
+    orderingKey = task ? undefined : orderingKeyOf(req, queue.orderingKey)
+  } catch (e) {
+    if (inbound && e instanceof QueueError) return keepRefused(plugin, queue, original, req, context, stored, e)
+    throw e
+  }
+  const receipt = inbound ? plugin.inbox.receiptOf(original.name, req) : undefined
   if (receipt && !(await plugin.inbox.receive(runner.store, receipt, queue.name, context.tenant))) return undefined
   markTenant(runner, context)
   if (task) {
     await upsertTask(runner.store, queue, encoded, { ...req.queue, task }, plugin.settings.appid)
   } else {
     const after = typeof req.queue?.after === 'number' ? req.queue.after : 0
-    const orderingKey = orderingKeyOf(req, queue.orderingKey)
     // Numbered before its timestamp is taken: within a process a key's numbers and timestamps follow the same order.
     const sequence = orderingKey === undefined ? undefined : await runner.store.nextSequence(orderingKey)
     if (receipt || sequence !== undefined) encoded = storable(req, context, original, queue, { ...stored, receipt, sequence })
@@ -132,6 +140,20 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
     context[$wakes] = true
     context.on('succeeded', () => runner.wake(context.tenant))
   }
+  return undefined
+}
+
+/**
+ * An inbound message its queue refuses (too large, an invalid ordering key): a dead letter in the inbox instead of an
+ * error, which a broker would answer with the same message again and again (lib/receipts/inbox.ts). Its receipt is
+ * recorded first, so a redelivery is dropped rather than kept twice.
+ */
+async function keepRefused(plugin: EventQueues, queue: QueueSettings, original: Service, req: Dispatchable, context: Context & Parameters<typeof encode>[1], stored: Additions, refusal: QueueError): Promise<undefined> {
+  const { runner, inbox } = plugin
+  const receipt = inbox.receiptOf(original.name, req)
+  if (receipt && !(await inbox.receive(runner.store, receipt, queue.name, context.tenant))) return undefined
+  const encoded = encode(req, context, original.name, queue.secretHeader, { ...stored, receipt })
+  await inbox.keepRefused(runner.store, original.name, newMessage(queue.name, encoded), refusal, queue, context.tenant)
   return undefined
 }
 

@@ -14,6 +14,7 @@ interface Client {
   readonly isReady: boolean
   connect(): Promise<unknown>
   sendCommand(args: string[]): Promise<unknown>
+  multi(): { addCommand(args: string[]): unknown; exec(): Promise<unknown[]> }
   on(event: 'error', listener: (error: Error) => void): unknown
   on(event: 'ready', listener: () => void): unknown
   destroy?(): void
@@ -81,6 +82,21 @@ export class RedisLink {
   /** Sends a raw command; fails fast with BrokerUnavailable while a fail-fast link is disconnected. */
   send<T>(args: (string | number)[]): Promise<T> {
     return this.client.sendCommand(args.map(String)) as Promise<T>
+  }
+
+  /**
+   * Sends raw commands as one transaction (MULTI … EXEC): no other client's command runs between them. Fails with the
+   * first command's error where one failed.
+   */
+  async atomically<T extends unknown[]>(commands: (string | number)[][]): Promise<T> {
+    const transaction = this.client.multi()
+    for (const args of commands) transaction.addCommand(args.map(String))
+    try {
+      return (await transaction.exec()) as T
+    } catch (e) {
+      const { replies, errorIndexes } = e as { replies?: unknown[]; errorIndexes?: number[] }
+      throw replies && errorIndexes?.length ? replies[errorIndexes[0]] : e
+    }
   }
 
   /** Throws BrokerUnavailable while disconnected. */

@@ -7,8 +7,10 @@ import { deliverInbound, listensToAll, outbound, subscribedTopics } from '../cap
 import { MessagingService } from '../cap/messaging-service'
 import { compileRedisStreams, type Raw } from '../config'
 import type { RedisStreamsSettings } from '../interfaces'
+import { eventQueues } from '../plugin'
 import { RedisLink } from './redis-link'
 import { StreamConsumer } from './stream-consumer'
+import { TenantDrops } from './tenant-drops'
 import { entryFields, xaddArguments } from './stream-entries'
 
 /**
@@ -20,6 +22,21 @@ import { entryFields, xaddArguments } from './stream-entries'
 
 /** How long `cds.connect.to` waits for Redis at start; then the app starts anyway and the connection follows. */
 const CONNECT_WAIT = 3000
+
+/** The most entries one read takes, whatever its bound in bytes. */
+const MAX_ENTRIES_PER_READ = 100
+
+/**
+ * How many entries one read may take: as many of the largest messages the service's queue accepts
+ * (`maxMessageSize`; the inbox refuses larger ones) as fit the bytes the queue's claims hold at once (`maxClaimBytes`),
+ * so a consumer's memory stays bounded as the runner's does: 8 with the defaults (32 MiB, 4 MiB).
+ */
+function entriesPerRead(service: string): number {
+  const { settings } = eventQueues()
+  const bytes = settings.runner.maxClaimBytes
+  const largest = settings.queues.queueOfService(service).maxMessageSize
+  return Math.max(1, Math.min(MAX_ENTRIES_PER_READ, Math.floor(bytes / largest)))
+}
 
 /** The app's name (its package.json), which names its consumer group unless `group` is configured. */
 function appName(): string {
@@ -64,11 +81,15 @@ export default class RedisStreamsMessaging extends MessagingService {
   private listen(): void {
     if (listensToAll(this)) this.log.warn(`${this.name}: a subscription to '*' is not supported by redis-streams (a stream per topic): subscribe to topics`)
     const reader = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint}, consumer)`, this.log, false)
+    const drops = new TenantDrops(this.name, this.log)
+    const { tenants } = eventQueues().runner
     this.consumer = new StreamConsumer(reader, this.settings, {
       streams: () => subscribedTopics(this),
+      accepts: (tenant, fresh) => tenants.accepts(tenant, fresh),
       deliver: (message, tenant) => deliverInbound(this, tenant, message),
+      dropped: (stream, tenant) => drops.dropped(stream, tenant),
       log: this.log
-    })
+    }, { entriesPerRead: entriesPerRead(this.name) })
     void reader.open(0)
     this.consumer.start()
   }

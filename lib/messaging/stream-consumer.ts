@@ -2,21 +2,23 @@ import type { RedisStreamsSettings } from '../interfaces'
 import { reconnectDelay } from '../time/backoff'
 import type { LinkLog, RedisLink } from './redis-link'
 import type { BrokerMessage } from '../cap/messaging'
-import { claimReply, entryMessage, readReply, type StreamEntry } from './stream-entries'
+import { OwnedBatch } from './stream-batch'
+import { claimReply, entryMessage, groupLag, readReply, type StreamEntry } from './stream-entries'
 
 /**
  * The consuming side of a `redis-streams` service: this process as a consumer of its app's group on every subscribed
  * stream. It reads new entries (XREADGROUP `>`), hands each to the subscribers and acknowledges it (XACK) only after
  * its effect committed; entries it received and did not acknowledge (a failure, a crash before XACK) stay pending and
  * are read again (XREADGROUP `0`: this consumer's pending entries), by this process after a backoff or, once they are
- * `claimAfter` old, by whichever consumer of the group claims them (XAUTOCLAIM). Entries are handled one at a time in
- * stream order; a failure stops the batch, so a failing entry holds back the later ones of this consumer until it
- * succeeds.
+ * `claimAfter` old, by whichever consumer of the group claims them (XAUTOCLAIM). A batch it works through stays its
+ * own (lib/messaging/stream-batch.ts). Entries are handled one at a time in stream order; a failure stops the batch,
+ * so a failing entry holds back the later ones of this consumer until it succeeds. A read takes at most
+ * `entriesPerRead` entries, so that what it holds stays bounded however large the entries are.
  */
 
 /** How long a read waits for new entries: also the longest a shutdown waits for the read in progress. */
 const BLOCK_MS = 1000
-/** Entries per read and per claim. */
+/** Entries per claim (JUSTID: IDs only), and the most per read. */
 const COUNT = 100
 /** Longest pause after failed passes (broker or database unreachable, a subscriber failing). */
 const MAX_RETRY_DELAY = 10_000
@@ -26,15 +28,29 @@ const STOP_WAIT = 15_000
 export interface ConsumerHost {
   /** The streams to read: the subscribed topics, asked on every pass, so subscriptions made later are read too. */
   streams(): string[]
+  /**
+   * Whether messages of `tenant` are to be handled (false: its tenant is not subscribed, and its database must not be
+   * opened); `fresh`: the last pass failed, so what is known of the tenants may be outdated.
+   */
+  accepts(tenant: string | undefined, fresh: boolean): Promise<boolean>
   /** Hands a message to the subscribers; resolves once its effect (inbox row, handler's writes) committed. */
   deliver(message: BrokerMessage, tenant: string | undefined): Promise<void>
+  /** An entry of a tenant that is not subscribed, acknowledged without being handled. */
+  dropped(stream: string, tenant: string | undefined): void
   log: LinkLog & { error(...args: unknown[]): void }
+}
+
+export interface ConsumerLimits {
+  /** The most entries one read takes (at least 1, at most 100), shared among the streams (but one of each at least). */
+  entriesPerRead: number
 }
 
 const isCode = (e: unknown, code: string) => e instanceof Error && e.message.startsWith(code)
 
 export class StreamConsumer {
   private readonly groups = new Set<string>()
+  /** Per stream, how many entries this process reported lost to trimming (see `reportTrimmed`). */
+  private readonly reportedLost = new Map<string, number>()
   /** Whether this consumer may have pending entries to read again; at start, those of a previous run under its name. */
   private ownPending = true
   private nextClaim = 0
@@ -46,7 +62,8 @@ export class StreamConsumer {
   constructor(
     private readonly link: RedisLink,
     private readonly settings: RedisStreamsSettings,
-    private readonly host: ConsumerHost
+    private readonly host: ConsumerHost,
+    private readonly limits: ConsumerLimits
   ) {}
 
   start(): void {
@@ -76,7 +93,8 @@ export class StreamConsumer {
         this.failures = 0
       } catch (e) {
         if (this.stopped) return
-        if (isCode(e, 'NOGROUP')) this.groups.clear() // Redis lost its data (restarted without persistence)
+        // Redis lost its data (restarted without persistence): the stream and its group are created again
+        if (isCode(e, 'NOGROUP') || isCode(e, 'ERR no such key')) this.groups.clear()
         // what this consumer received and did not acknowledge is read again first
         this.ownPending = true
         this.failures++
@@ -92,28 +110,66 @@ export class StreamConsumer {
     if (streams.length === 0) return this.pause(BLOCK_MS)
     if (Date.now() >= this.nextClaim) await this.claimStale(streams)
     const history = this.ownPending
+    if (!history) await this.reportTrimmed(streams)
     const { group, consumer } = this.settings
+    // COUNT is per stream: the read's bound is shared among them
+    const count = Math.max(1, Math.floor(this.limits.entriesPerRead / streams.length))
+    const readAt = Date.now()
     const reply = await this.link.send([
-      'XREADGROUP', 'GROUP', group, consumer, 'COUNT', COUNT, ...(history ? [] : ['BLOCK', BLOCK_MS]),
+      'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, ...(history ? [] : ['BLOCK', BLOCK_MS]),
       'STREAMS', ...streams, ...streams.map(() => (history ? '0' : '>'))
     ])
     const entries = readReply(reply)
     if (history && entries.length === 0) this.ownPending = false
-    await this.handleAll(entries)
+    await this.handleAll(entries, readAt)
+  }
+
+  /**
+   * Reports entries trimmed from a stream before the group read them, before new entries are read (reading on moves
+   * the group past them). Redis 7 counts, for a group, the entries added since its creation that it has not read
+   * (`lag`), trimmed ones included: those beyond the stream's length were trimmed unread. Both in one transaction, so
+   * no entry added or trimmed in between skews them. Each process reports what it finds once.
+   */
+  private async reportTrimmed(streams: string[]): Promise<void> {
+    const replies = await this.link.atomically(streams.flatMap(s => [['XLEN', s], ['XINFO', 'GROUPS', s]]))
+    streams.forEach((stream, i) => {
+      const lag = groupLag(replies[2 * i + 1], this.settings.group)
+      if (lag === undefined) return
+      const lost = lag - Number(replies[2 * i])
+      const reported = this.reportedLost.get(stream) ?? 0
+      if (lost <= reported) return
+      this.reportedLost.set(stream, lost)
+      this.host.log.error(`${stream}: ${lost - reported} ${reported ? 'more ' : ''}entries were trimmed from the stream before group ${this.settings.group} read them: they are lost. Raise the stream's maxLength or maxAge.`)
+    })
   }
 
   /** The subscribed streams, each with the app's group (created at the stream's first entry, so nothing retained is skipped). */
   private async streams(): Promise<string[]> {
     const streams = this.host.streams()
     for (const stream of streams.filter(s => !this.groups.has(s))) {
-      try {
-        await this.link.send(['XGROUP', 'CREATE', stream, this.settings.group, '0', 'MKSTREAM'])
-      } catch (e) {
-        if (!isCode(e, 'BUSYGROUP')) throw e
-      }
+      await this.createGroup(stream)
       this.groups.add(stream)
     }
     return streams
+  }
+
+  /**
+   * Creates the app's group on `stream` unless it exists. On a stream not there yet, the group's read counter starts
+   * at 0 (Redis 7's ENTRIESREAD), so that Redis counts every entry the group has not read, trimmed ones included, from
+   * the first on (see `reportTrimmed`; without it the count starts at the group's first read). Redis 6 knows no such
+   * counter.
+   */
+  private async createGroup(stream: string): Promise<void> {
+    const create = ['XGROUP', 'CREATE', stream, this.settings.group, '0', 'MKSTREAM']
+    const fresh = Number(await this.link.send(['EXISTS', stream])) === 0
+    try {
+      await this.link.send(fresh ? [...create, 'ENTRIESREAD', 0] : create).catch(e => {
+        if (!fresh || !isCode(e, 'ERR syntax error')) throw e
+        return this.link.send(create) // Redis 6
+      })
+    } catch (e) {
+      if (!isCode(e, 'BUSYGROUP')) throw e
+    }
   }
 
   /** Takes over the entries other consumers (dead ones) received and left unacknowledged for `claimAfter`. */
@@ -135,14 +191,27 @@ export class StreamConsumer {
    * Handles entries in order and acknowledges each right after it is handled, so a crash leaves at most the entry in
    * hand handled and unacknowledged. (Acknowledgements sent without waiting were not written before the batch ended
    * on SQLite, whose synchronous driver never lets the event loop reach the socket: a consumer killed mid-batch had
-   * 97 of 100 entries delivered again.) The first failure ends the batch; its entry stays pending.
+   * 97 of 100 entries delivered again.) The first failure ends the batch; its entry stays pending. An entry another
+   * consumer claimed meanwhile is left to it.
    */
-  private async handleAll(entries: StreamEntry[]): Promise<void> {
-    for (const entry of entries) {
-      // On shutdown the rest stay pending for this consumer's next run or another consumer (after claimAfter).
-      if (this.stopped) return
-      await this.handle(entry)
-      await this.link.send(['XACK', entry.stream, this.settings.group, entry.id])
+  private async handleAll(entries: StreamEntry[], readAt: number): Promise<void> {
+    if (entries.length === 0) return
+    const { group, consumer, claimAfter } = this.settings
+    const batch = new OwnedBatch(this.link, group, consumer, claimAfter, entries, readAt)
+    try {
+      for (const entry of entries) {
+        // On shutdown the rest stay pending for this consumer's next run or another consumer (after claimAfter).
+        if (this.stopped) return
+        if (!(await batch.owns(entry))) {
+          this.host.log.warn(`${entry.stream} entry ${entry.id} was claimed by another consumer of group ${group} while this one did not answer for claimAfter: left to it`)
+          continue
+        }
+        await this.handle(entry)
+        await this.link.send(['XACK', entry.stream, group, entry.id])
+        batch.acknowledged(entry)
+      }
+    } finally {
+      batch.close()
     }
   }
 
@@ -155,6 +224,7 @@ export class StreamConsumer {
       // It can never be handled: acknowledged, so it does not hold back the stream, and reported.
       return this.host.log.error(`${entry.stream} entry ${entry.id} is no message and is dropped:`, e)
     }
+    if (!(await this.host.accepts(parsed.tenant, this.failures > 0))) return this.host.dropped(entry.stream, parsed.tenant)
     try {
       await this.host.deliver(parsed.message, parsed.tenant)
     } catch (e) {

@@ -61,3 +61,22 @@ export function claimReply(reply: unknown): { cursor: string; claimed: string[];
   const [cursor, claimed, deleted] = reply as [string, string[], string[] | undefined]
   return { cursor, claimed, deleted: deleted ?? [] }
 }
+
+/** A reply of key-value pairs as an object: RESP2 gives a flat array, RESP3 a map. */
+function pairs(reply: unknown): Record<string, unknown> {
+  if (reply instanceof Map) return Object.fromEntries(reply)
+  if (!Array.isArray(reply)) return (reply ?? {}) as Record<string, unknown>
+  const fields: Record<string, unknown> = {}
+  for (let i = 0; i + 1 < reply.length; i += 2) fields[String(reply[i])] = reply[i + 1]
+  return fields
+}
+
+/**
+ * XINFO GROUPS's `lag` of `group`: the entries added to the stream since the group was created that it has not read,
+ * trimmed ones included (Redis 7; undefined before, or when Redis cannot tell, e.g. after XDEL).
+ */
+export function groupLag(reply: unknown, group: string): number | undefined {
+  const info = (Array.isArray(reply) ? reply : []).map(pairs).find(g => String(g.name) === group)
+  const lag = info?.lag
+  return lag === null || lag === undefined ? undefined : Number(lag)
+}

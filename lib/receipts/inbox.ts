@@ -1,9 +1,12 @@
+import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { DEFAULT_MESSAGE_ID_SOURCES } from '../config'
-import type { MessageIdSource, ReceiptRef, ReceiverSettings } from '../interfaces'
+import { storedError } from '../failures'
+import type { MessageIdSource, NewMessage, QueueSettings, ReceiptRef, ReceiverSettings } from '../interfaces'
 import type { QueueStore } from '../store'
-import { countDuplicate } from '../telemetry/metrics'
+import { countDuplicate, countRefused } from '../telemetry/metrics'
 import { LOG } from '../log'
+import { clock } from '../time/clock'
 import { fitsKeyColumn, recordProcessed, scopeOf } from './receipts'
 
 /**
@@ -13,6 +16,10 @@ import { fitsKeyColumn, recordProcessed, scopeOf } from './receipts'
  * before — its first copy waiting, running or processed — is counted and dropped: the broker gets its
  * acknowledgement, the subscriber does not run again. The receipt is marked processed in the subscriber's own
  * transaction and kept for its queue's `receiptRetention` from then on.
+ *
+ * An inbound message its queue refuses (above `maxMessageSize`, an invalid ordering key) would be refused on every
+ * redelivery, and a broker that redelivers it holds back the messages behind it: it is written as a dead letter
+ * instead, which an operator sees, revives or deletes, and the broker gets its acknowledgement.
  */
 
 type Inbound = { event?: string; data?: unknown; headers?: Record<string, unknown> }
@@ -60,6 +67,19 @@ export class Inbox {
       LOG.warn(`inbox ${service}: an inbound message ${JSON.stringify(message.event)} has no ID in ${describeSources(sources)}; such messages are not deduplicated (set inboxed.messageId of cds.requires.${service})`)
     }
     return undefined
+  }
+
+  /**
+   * Writes `message`, an inbound message of `service` that its queue refused at enqueue (`refusal`), as a dead letter
+   * in the current transaction, in place of the inbox row: its receipt (if any) is recorded already, so a redelivery is
+   * dropped as for any message received. Revived, it runs as any inbox row: its subscriber gets it as it came,
+   * without an ordering key, whatever its size.
+   */
+  async keepRefused(store: QueueStore, service: string, message: NewMessage, refusal: Error, queue: QueueSettings, tenant: string | undefined): Promise<void> {
+    const lastError = queue.storeLastError ? storedError(refusal, queue.maxErrorLength, cds.root) : null
+    await store.insertDeadLetter(message, { attempts: queue.maxAttempts, lastError, at: clock.now() })
+    countRefused(service, tenant, { error: refusal })
+    LOG.error(`${queue.name}: an inbound message ${JSON.stringify(message.event)} of ${service} was refused and is a dead letter (${message.ID}):`, refusal.message)
   }
 
   /**

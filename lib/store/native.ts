@@ -3,11 +3,12 @@ import type { Result } from '../cap/drivers'
 import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
+import type { Claim, DeadOnArrival, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions, type TaskRow } from './rules'
+import { insertDeadLetter } from './portable-queries'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
@@ -108,6 +109,11 @@ export class NativeStore implements BatchingStore {
   async insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void> {
     if (this.watched('CREATE')) await INSERT.into(ENTITY).entries(newRow(message, this.appid ?? null, claim, leaseUntil))
     else await this.changes(statements.insertClaimed(message, this.appid ?? null, claim, leaseUntil))
+  }
+
+  /** Writes a new dead letter through CAP (a rare row, which no claim and no wake-up concerns). */
+  async insertDeadLetter(message: NewMessage, dead: DeadOnArrival): Promise<void> {
+    await insertDeadLetter(message, this.appid ?? null, dead)
   }
 
   /**

@@ -1,5 +1,5 @@
-import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
-import { iso, newRow } from './rows'
+import type { Claim, DeadOnArrival, NewMessage, ReceiptRef } from '../interfaces'
+import { deadLetterRow, iso, newRow } from './rows'
 import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
@@ -152,6 +152,11 @@ export function claimedRows(owner: string, claimedAt: string, IDs: string[]): Qu
 
 export function insert(message: NewMessage, appid: string | null, claim?: Claim, leaseUntil?: number): Query {
   return INSERT.into(ENTITY).entries(newRow(message, appid, claim, leaseUntil))
+}
+
+/** A new message that is a dead letter from the start (see `deadLetterRow`). */
+export function insertDeadLetter(message: NewMessage, appid: string | null, dead: DeadOnArrival): Query {
+  return INSERT.into(ENTITY).entries(deadLetterRow(message, appid, dead))
 }
 
 /** A task's row: new, or replaced (payload, timing, queue) with its failure state and claim reset. */

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { groupBy } from '../group-by'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
+import type { Claim, DeadOnArrival, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import { lockWhenBegun, type Dialect } from './dialect'
 import { inOwnTransaction } from './index'
 import { ensureIndexes } from './indexes'
@@ -60,6 +60,10 @@ export class PortableStore implements QueueStore {
 
   async insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void> {
     await q.insert(ordered(message), this.appid ?? null, claim, leaseUntil)
+  }
+
+  async insertDeadLetter(message: NewMessage, dead: DeadOnArrival): Promise<void> {
+    await q.insertDeadLetter(message, this.appid ?? null, dead)
   }
 
   async upsertTask(message: NewMessage): Promise<void> {

@@ -1,5 +1,5 @@
 import type { DatabaseTransaction } from '../cap/transactions'
-import type { Claim, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
+import type { Claim, DeadOnArrival, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
 import type { AttemptLimits, ClaimIndex, Retentions } from './rules'
 import type { Described } from './statements'
 
@@ -17,6 +17,8 @@ export interface QueueStore {
   insert(message: NewMessage): Promise<void>
   /** Writes a new message already claimed by `claim` until `leaseUntil` (claim at enqueue). */
   insertClaimed(message: NewMessage, claim: Claim, leaseUntil: number): Promise<void>
+  /** Writes a new message as a dead letter, in the current transaction: it is never claimed until an operator revives it. */
+  insertDeadLetter(message: NewMessage, dead: DeadOnArrival): Promise<void>
   /** Writes a scheduled task, or replaces its row with failure state and claim reset. */
   upsertTask(message: NewMessage): Promise<void>
   /** Removes a scheduled task, whatever its state; the number of rows removed. */

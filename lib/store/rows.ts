@@ -1,4 +1,4 @@
-import type { Claim, MessageRow, NewMessage, RowState } from '../interfaces'
+import type { Claim, DeadOnArrival, MessageRow, NewMessage, RowState } from '../interfaces'
 
 /** Decoding rows as the drivers return them. */
 
@@ -35,6 +35,11 @@ export function newRow(message: NewMessage, appid: string | null, claim?: Claim,
   const row: Record<string, unknown> = { ID, timestamp, target, msg, task: task ?? null, appid, dueAt: iso(dueAt), orderingKey: orderingKey ?? null, service: service ?? null, event: event ?? null }
   if (!claim) return row
   return { ...row, status: 'processing', claimedBy: claim.claimedBy, claimedAt: iso(claim.claimedAt), lastAttemptTimestamp: iso(claim.claimedAt), dueAt: iso(leaseUntil ?? claim.claimedAt) }
+}
+
+/** A new row that is a dead letter from the start: no due time (no claim takes it), as a dead letter's outcome leaves one. */
+export function deadLetterRow(message: NewMessage, appid: string | null, dead: DeadOnArrival): Record<string, unknown> {
+  return { ...newRow({ ...message, orderingKey: undefined }, appid), attempts: dead.attempts, lastError: dead.lastError, lastAttemptTimestamp: iso(dead.at), dueAt: null }
 }
 
 /** The ordering keys among `keys`, each once (rows without one have none to promote). */

@@ -33,6 +33,8 @@ class Instruments {
   readonly processDuration: Histogram
   readonly deleted: Counter
   readonly duplicates: Counter
+  readonly refused: Counter
+  readonly dropped: Counter
   private readonly messages: ObservableGauge
   private readonly relayLag: ObservableGauge
   private readonly paused: ObservableGauge
@@ -48,6 +50,8 @@ class Instruments {
     })
     this.deleted = meter.createCounter(METRIC.deleted, { description: 'Dead letters deleted after their queue\'s deadLetterRetention.', unit: '{message}' })
     this.duplicates = meter.createCounter(METRIC.duplicates, { description: 'Redeliveries an inbox dropped and repeated requests an idempotent operation answered from its record.', unit: '{message}' })
+    this.refused = meter.createCounter(METRIC.refused, { description: 'Inbound messages an inbox refused (too large, an invalid ordering key): kept as dead letters.', unit: '{message}' })
+    this.dropped = meter.createCounter(METRIC.dropped, { description: 'Inbound messages of a tenant that is not subscribed: acknowledged without being handled.', unit: '{message}' })
     this.messages = meter.createObservableGauge(METRIC.messages, { description: 'Messages of a queue by state (pending, processing, dead), as of the last statistics query.', unit: '{message}' })
     this.relayLag = meter.createObservableGauge(METRIC.relayLag, { description: 'How long the oldest due message of a queue has been waiting, as of the last statistics query.', unit: 's' })
     this.paused = meter.createObservableGauge(METRIC.paused, { description: 'Whether an operator paused the queue (1) or not (0), as of the last statistics query.', unit: '1' })
@@ -121,9 +125,23 @@ export function countDeletedDeadLetters(queue: string, tenant: string | undefine
 
 /** A duplicate a receiver recognised: `receiver` is its receipts' scope (`inbox:<service>`, `action:<operation>`). */
 export function countDuplicate(receiver: string, tenant: string | undefined): void {
+  instruments()?.duplicates.add(1, receiverAttributes(receiver, tenant))
+}
+
+function receiverAttributes(receiver: string, tenant: string | undefined): Record<string, string> {
   const attributes: Record<string, string> = { [ATTR.system]: MESSAGING_SYSTEM, [ATTR.receiver]: receiver }
   if (tenant) attributes[ATTR.tenant] = tenant
-  instruments()?.duplicates.add(1, attributes)
+  return attributes
+}
+
+/** An inbound message the inbox of `receiver` (its messaging service) refused and kept as a dead letter. */
+export function countRefused(receiver: string, tenant: string | undefined, failure: Failure): void {
+  instruments()?.refused.add(1, withError(receiverAttributes(receiver, tenant), failure))
+}
+
+/** An inbound message `receiver` (its messaging service) dropped: its tenant is not subscribed. */
+export function countDropped(receiver: string, tenant: string | undefined): void {
+  instruments()?.dropped.add(1, receiverAttributes(receiver, tenant))
 }
 
 /** Reports the queue gauges from `source` from now on; undefined stops them (the process shuts down). */

@@ -32,7 +32,9 @@ export const METRIC = {
   paused: 'cds_event_queues.paused',
   breaker: 'cds_event_queues.circuit_breaker',
   deleted: 'cds_event_queues.dead_letters.deleted',
-  duplicates: 'cds_event_queues.duplicates'
+  duplicates: 'cds_event_queues.duplicates',
+  refused: 'cds_event_queues.inbound.refused',
+  dropped: 'cds_event_queues.inbound.dropped'
 } as const
 
 /** The operations the plugin reports: an enqueue sends a message to its queue, a handler processes it. */

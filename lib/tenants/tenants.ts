@@ -82,6 +82,20 @@ export class Tenants {
   }
 
   /**
+   * Whether a message the broker delivered in `tenant` may be handled, which opens the tenant's database: always in a
+   * single tenant app; in a multitenant app only for a subscribed tenant, never for one unsubscribed in this process.
+   * A tenant not known here, or any with `fresh` (an earlier delivery failed: it may have been unsubscribed in an MTX
+   * sidecar), is looked up in MTX's list of tenants first.
+   */
+  async accepts(tenant: Tenant, fresh = false): Promise<boolean> {
+    if (!this.multitenant || tenant === undefined) return true
+    if (this.gone(tenant)) return false
+    if (this.subscribed.has(tenant) && !fresh) return true
+    await this.readSubscriptions()
+    return this.subscribed.has(tenant)
+  }
+
+  /**
    * `tenant` gets a look in the next pass (a transaction there committed messages, or a slot of it finished). In a
    * multitenant app that may be the provider's database (no tenant) too, after a commit there: as with CAP's queue,
    * its messages run after their commit, not after a crash (MTX deploys no queue table there, so it has no marker).

@@ -68,8 +68,9 @@ function startProducer(database, redis, { deploy = false } = {}) {
   return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue: QUEUE, requires: brokerConfig(redis) })
 }
 
-function startConsumer(database, redis, { deploy = false } = {}) {
-  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, queue: QUEUE, requires: brokerConfig(redis, { inboxed: true }) })
+/** `execArgv`: Node's options for the consumer's process (e.g. a small container's heap). */
+function startConsumer(database, redis, { deploy = false, execArgv } = {}) {
+  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, execArgv, queue: QUEUE, requires: brokerConfig(redis, { inboxed: true }) })
 }
 
 /** The consumer's name in its group: redis-streams names a process by host and PID. */
@@ -138,5 +139,7 @@ async function settled({ producerDb, consumerDb, redisClient, producer, timeout 
 const queueRows = database => query(database, 'SELECT target AS "target", status AS "status", attempts AS "attempts", lastError AS "lastError", claimedBy AS "claimedBy", dueAt AS "dueAt" FROM cds_outbox_Messages ORDER BY timestamp LIMIT 20')
 
 module.exports = {
+  brokerConfig,
+  QUEUE,
   newDatabase, query, records, queued, duplicatesDropped, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
 }
