@@ -11,6 +11,7 @@ import { announceOpsPage, mountOpsPage } from './lib/ops/page'
 import { activate, queueObservations } from './lib/plugin'
 import { serveIdempotent } from './lib/receipts/idempotent'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
+import { failingStart } from './lib/start-failure'
 import { observeQueues } from './lib/telemetry/metrics'
 import { LOG } from './lib/log'
 
@@ -25,7 +26,7 @@ const building = ['build', 'compile'].includes((cds as unknown as { cli?: { comm
 if (building) registerTarballBuild()
 else {
   // The settings are compiled here, once; a configuration error stops the start.
-  const plugin = activate(cds.env)
+  const plugin = failingStart(() => activate(cds.env))
   installApi(plugin)
   const db = cds.env.requires?.db as Parameters<typeof waitingForOtherWriters>[0] | undefined
   if (db) waitingForOtherWriters(db)
@@ -35,7 +36,7 @@ else {
   // Operations marked @idempotent answer a repeated Idempotency-Key from their record (lib/receipts).
   const { persistent, appid, queues } = plugin.settings
   const idempotent = persistent ? { store: () => plugin.runner.store, appid, retention: queues.defaultQueue.receiptRetention } : undefined
-  cds.on('serving', srv => serveIdempotent(srv, idempotent))
+  cds.on('serving', srv => failingStart(() => serveIdempotent(srv, idempotent)))
   // The ops page comes with the operator service and is restricted like it.
   if (cds.env.requires?.[OPERATOR_ENTRY]) {
     cds.on('bootstrap', app => mountOpsPage(app, plugin.settings.operatorRoles))
@@ -55,7 +56,7 @@ else {
     if (!isDatabaseService(srv)) return
     warnIfQueuedDatabase(srv)
     survivePoolErrors(srv)
-    plugin.runner.connected(srv)
+    failingStart(() => plugin.runner.connected(srv))
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
     // their connections until they finish or are handed back, and a cleanup its connection until its batch is done.
     beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))

@@ -20,6 +20,17 @@ function boot(requires, env = {}) {
   })
 }
 
+/** `cds serve` as a user runs it (@sap/cds-dk's CLI) with `requires` merged in: for starts that fail, so it exits. */
+function serve(requires) {
+  const config = { requires: { db: { kind: 'sqlite', credentials: { url: ':memory:' } }, ...requires } }
+  const cli = require.resolve('@sap/cds-dk/bin/cds.js')
+  return new Promise(resolve => {
+    execFile(process.execPath, [cli, 'serve', '--port', '0'], {
+      cwd: APP, env: { ...process.env, CDS_CONFIG: JSON.stringify(config) }, timeout: BOOT_SAFEGUARD
+    }, (error, stdout, stderr) => resolve({ code: error ? error.code : 0, stderr }))
+  })
+}
+
 /** The test app silences the queue's log; these boots show its warnings. */
 const WARNINGS = { CDS_LOG_LEVELS_QUEUE: 'warn' }
 
@@ -48,6 +59,19 @@ describe('configuration validation', () => {
     const { code, stderr } = await boot(requires)
     expect(code).not.toBe(0)
     expect(stderr).toContain(message)
+  })
+
+  test('a configuration error is one line, as CAP prints its own start errors, and the exit code is 1', async () => {
+    const { code, stderr } = await serve({ queue: { maxAttempts: 'ten' } })
+    expect(code).toBe(1)
+    expect(stderr.trim().split('\n')).toEqual(['[queue] - Invalid cds.requires.queue.maxAttempts: "ten". Expected an integer >= 1.'])
+  })
+
+  test('an invalid @idempotent annotation is one line too', async () => {
+    // a model of the app's that cds.requires names, as a reuse package's is
+    const { code, stderr } = await serve({ annotated: { model: '../support/models/bad-idempotent' } })
+    expect(code).toBe(1)
+    expect(stderr.trim().split('\n')).toEqual(['[queue] - Invalid @idempotent of action BadlyAnnotated.book: "yes". Expected true.'])
   })
 
   test('a misspelt option gets a warning that names it and the closest known option; the app starts', async () => {

@@ -2,7 +2,7 @@
 // PRINT_QUEUE_OF names a service whose effective queue settings are printed as JSON (what `cds.queued(srv).queued` shows).
 const cds = require('@sap/cds')
 
-cds.exec('serve', '--port', '0').then(
+cds.exec('--port', '0').then(
   async () => {
     const name = process.env.PRINT_QUEUE_OF
     if (name) console.log(JSON.stringify(cds.queued(await cds.connect.to(name)).queued))
