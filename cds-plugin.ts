@@ -12,6 +12,7 @@ import { activate, queueObservations } from './lib/plugin'
 import { serveIdempotent } from './lib/receipts/idempotent'
 import { OPERATOR_ENTRY, persists } from './lib/settings'
 import { failingStart } from './lib/start-failure'
+import { warnAboutEntriesWithoutService, warnAboutMisplacedReceivers } from './lib/unused-settings'
 import { observeQueues } from './lib/telemetry/metrics'
 import { LOG } from './lib/log'
 
@@ -52,8 +53,10 @@ else {
     observeQueues(undefined)
     return plugin.runner.stop()
   })
+  // Settings no service takes (a misspelt service name, inboxed on a service that receives nothing) get a warning.
+  cds.on('served', () => warnAboutEntriesWithoutService(cds.env.requires ?? {}))
   cds.on('connect', srv => {
-    if (!isDatabaseService(srv)) return
+    if (!isDatabaseService(srv)) return warnAboutMisplacedReceivers(srv, plugin.settings.receivers)
     warnIfQueuedDatabase(srv)
     survivePoolErrors(srv)
     failingStart(() => plugin.runner.connected(srv))

@@ -226,7 +226,8 @@ function distance(a: string, b: string): number {
   return row[b.length]
 }
 
-function closest(key: string, known: string[]): string | undefined {
+/** Of `known`, the one `key` is most likely a typo of, if any is close enough. */
+export function closest(key: string, known: string[]): string | undefined {
   const ranked = known.map(k => [k, distance(key.toLowerCase(), k.toLowerCase())] as const).sort((x, y) => x[1] - y[1])
   return ranked[0] && ranked[0][1] <= Math.max(2, Math.floor(key.length / 3)) ? ranked[0][0] : undefined
 }

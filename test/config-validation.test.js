@@ -81,6 +81,20 @@ describe('configuration validation', () => {
     expect(stderr).toContain("Unknown option cds.requires.OwnQueue.outboxed.timeuot: ignored. Did you mean 'timeout'?")
   })
 
+  test("a service's setting on an entry that names no service (a misspelt name) gets a warning with the closest service", async () => {
+    const { code, stderr } = await boot({ Outboxd: { outboxed: true }, Mailer: { inboxed: true, idempotencyKey: true } }, WARNINGS)
+    expect(code).toBe(0)
+    expect(stderr).toContain("cds.requires.Outboxd.outboxed has no effect: no service 'Outboxd' is defined in the model, served or configured (kind, impl). Did you mean 'Outboxed'?")
+    expect(stderr).toContain("cds.requires.Mailer.inboxed, .idempotencyKey has no effect: no service 'Mailer' is defined")
+  })
+
+  test('inboxed on a service that is no messaging service, idempotencyKey on one without remote calls, get a warning when it connects', async () => {
+    const { code, stderr } = await boot({ Plain: { impl: 'srv/plain-service.js', inboxed: true, idempotencyKey: true } }, { ...WARNINGS, PRINT_QUEUE_OF: 'Plain' })
+    expect(code).toBe(0)
+    expect(stderr).toContain('cds.requires.Plain.inboxed has no effect: Plain is no messaging service, and an inbox keeps what a messaging service receives')
+    expect(stderr).toContain('cds.requires.Plain.idempotencyKey has no effect: Plain makes no remote calls, and the key goes with the requests of remote services (kind odata, rest)')
+  })
+
   test('the list of known options in that warning names each option once', async () => {
     const { code, stderr } = await boot({ slowQueue: { maxAttemps: 3 } }, WARNINGS)
     expect(code).toBe(0)

@@ -57,4 +57,21 @@ describe('configuration of the consumer half', () => {
   test("@idempotent: true on an action, or a list of an entity's writes, is served", () => {
     expect(() => serveAnnotated("@idempotent: ['CREATE'] entity Things { key ID : Integer; } @idempotent action book();")).not.toThrow()
   })
+
+  test.each([
+    ['entity Things { key ID : Integer; @idempotent name : String; }', '@idempotent on element Annotated.Things.name has no effect: @idempotent marks actions and the writes of entities'],
+    ['@idempotency action book();', '@idempotency on Annotated.book (did you mean @idempotent?) has no effect: @idempotent marks actions and the writes of entities'],
+    ["@Idempotent entity Things { key ID : Integer; }", '@Idempotent on Annotated.Things (did you mean @idempotent?) has no effect'],
+    ['entity Things { key ID : Integer; } actions { @idempotnt action cancel(); }', '@idempotnt on Annotated.Things.cancel (did you mean @idempotent?) has no effect']
+  ])('serving %s warns that the mark does nothing, and where it is', (definitions, message) => {
+    const LOG = require('@sap/cds').log('queue')
+    const warnings = []
+    const spy = jest.spyOn(LOG, 'warn').mockImplementation((...args) => void warnings.push(args.join(' ')))
+    try {
+      serveAnnotated(definitions)
+    } finally {
+      spy.mockRestore()
+    }
+    expect(warnings).toEqual([expect.stringContaining(message)])
+  })
 })

@@ -59,6 +59,33 @@ function markedWrites(definition: Definition, where: string): string[] {
   throw invalidAnnotation(`entity ${where}`, value, `true, or a list of ${WRITES.map(e => `'${e}'`).join(', ')}`)
 }
 
+/** An annotation that looks like `@idempotent` and is not (`@idempotency`, `@Idempotent`): a typo CAP keeps silently. */
+function misspelled(definition: object): string | undefined {
+  return Object.keys(definition).find(key => key !== ANNOTATION && /^@idempot/i.test(key))
+}
+
+/**
+ * What of `srv`'s model looks like an `@idempotent` mark and does nothing: the annotation on an element (it marks
+ * actions and entities), or misspelled. A warning each, naming where it is.
+ */
+function warnAboutMisplacedMarks(srv: cds.Service): void {
+  const reflected = srv as unknown as { operations: Iterable<Definition>; entities: Iterable<EntityDefinition & { elements?: Record<string, Definition> }> }
+  const warn = (what: string) => LOG.warn(`${what} has no effect: ${ANNOTATION} marks actions and the writes of entities`)
+  const check = (definition: object, where: string) => {
+    const typo = misspelled(definition)
+    if (typo) warn(`${typo} on ${where} (did you mean ${ANNOTATION}?)`)
+  }
+  for (const operation of reflected.operations) check(operation, operation.name)
+  for (const entity of reflected.entities) {
+    check(entity, entity.name)
+    for (const [name, action] of Object.entries(entity.actions ?? {})) check(action, `${entity.name}.${name}`)
+    for (const [name, element] of Object.entries(entity.elements ?? {})) {
+      if (element[ANNOTATION] !== undefined) warn(`${ANNOTATION} on element ${entity.name}.${name}`)
+      check(element, `element ${entity.name}.${name}`)
+    }
+  }
+}
+
 /** Every operation of `srv` marked `@idempotent`; throws on an annotation value that means nothing. */
 export function markedOperations(srv: cds.Service): Marked[] {
   const reflected = srv as unknown as { operations: Iterable<Definition>; entities: Iterable<EntityDefinition> }
@@ -165,6 +192,7 @@ async function answer(req: cds.Request, next: () => Promise<unknown>, marked: Ma
  * handlers (they run as `next()`), so a recorded response is given before anything runs.
  */
 export function serveIdempotent(srv: cds.Service, options: IdempotentOperations | undefined): void {
+  warnAboutMisplacedMarks(srv)
   const marked = markedOperations(srv)
   if (marked.length === 0) return
   if (!options) {
