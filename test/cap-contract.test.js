@@ -225,6 +225,34 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('pools: connection failures (lib/cap/pools.ts connectionFailures)', () => {
+    test("a pool that cannot connect fails an acquire with generic-pool's timeout, which names neither the host nor why", async () => {
+      if (!onPostgres()) return
+      const { connectionFailures } = require('../lib/cap/pools')
+      const config = require('./support/postgres').dbConfig('none')
+      const db = await cds.connect.to('unreachable', { ...config, credentials: { ...config.credentials, port: 1 } })
+      const failure = connectionFailures(db)
+      try {
+        const error = await db.run('SELECT 1').then(() => undefined, e => e)
+        expect(error?.message).toMatch(/ResourceRequest timed out/)
+        expect(failure()).toMatchObject({ code: 'ECONNREFUSED' })
+      } finally {
+        await db.disconnect?.()
+      }
+    })
+  })
+
+  describe('profiles (lib/cap/profiles.ts)', () => {
+    test("cds.env['defined-profiles'] lists every [name] of a project's configuration and CAP's own profiles", () => {
+      const fs = require('fs')
+      const os = require('os')
+      const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'profiles-'))
+      fs.writeFileSync(path.join(folder, 'package.json'), JSON.stringify({ cds: { requires: { '[nightly]': { db: { kind: 'sqlite' } } } } }))
+      const { definedProfiles } = require('../lib/cap/profiles')
+      expect(definedProfiles(cds.env.for('cds', folder))).toEqual(expect.arrayContaining(['nightly', 'development', 'production']))
+    })
+  })
+
   describe('disconnect (lib/cap/lifecycle.ts)', () => {
     test("a database service disconnects through its own `disconnect` on cds 'shutdown', so replacing it on the instance runs first", async () => {
       const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'contract-child.js')], {

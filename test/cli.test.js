@@ -142,7 +142,10 @@ describe('the cds-event-queues CLI', () => {
     const where = onPostgres()
       ? `PostgreSQL database ${credentials.database} on ${credentials.host}:${credentials.port}`
       : `SQLite database ${credentials.url}`
-    const outputs = await Promise.all([['status'], ['pending'], ['dead'], ['revive', '--all'], ['delete', '--all', '--event', 'none']].map(args => runCli(args)))
+    const commands = [['status'], ['pending'], ['dead'], ['revive', '--all'], ['delete', '--all', '--event', 'none']]
+    const outputs = await Promise.all(commands.map(args => runCli(args)))
+    // every command says first which database it works on, on stderr (stdout stays the answer)
+    expect(outputs.map(o => o.target)).toEqual(commands.map(() => where))
     expect(outputs.map(o => [o.code, o.stdout])).toEqual([
       [0, `No messages are waiting and there are no dead letters in ${where}.\n`],
       [0, `No messages are waiting in ${where}.\n`],
@@ -293,7 +296,7 @@ describe('the cds-event-queues CLI', () => {
     const { spawnSync } = require('child_process')
     // The suite's CDS_CONFIG lives in jest's copy of process.env, which children only get when handed it.
     const res = spawnSync('npx', ['--no', 'cds-event-queues', 'status', '--json'], { cwd: APP, env: { ...process.env }, encoding: 'utf8', timeout: 30000 })
-    expect([res.status, res.stderr]).toEqual([0, ''])
+    expect([res.status, res.stderr]).toEqual([0, expect.stringMatching(/^cds-event-queues status on \S+ database .+\n$/)])
     expect(JSON.parse(res.stdout)).toEqual([expect.objectContaining({ queue: 'queue', event: 'explode', dead: 1 })])
   })
 })
@@ -322,11 +325,28 @@ describe('the project the CLI runs in', () => {
     const without = await runCli(['status'], { cwd: folder, env: alone })
     expect(without.code).toBe(2)
     expect(without.stderr).toMatch(/^Invalid cds\.requires\.db of the project in .+: undefined\. Expected a database configuration/)
-    // the profile's SQLite file exists, but the app never deployed to it: the CLI reaches it and reports that
+    // the app never deployed to the profile's SQLite file: the CLI says to deploy, and creates no empty file
     const withProfile = await runCli(['status', '--profile', 'nightly'], { cwd: folder, env: alone })
     expect(withProfile.code).toBe(1)
-    expect(withProfile.stderr).toMatch(/^cds-event-queues status failed: no such table: cds_outbox_Messages/)
-    expect(fs.existsSync(url)).toBe(true)
+    expect(withProfile.stderr).toBe(`cds-event-queues status failed: SQLite database ${url} does not exist: deploy the app's model to it first (cds deploy)\n`)
+    expect(fs.existsSync(url)).toBe(false)
+  })
+
+  test('a profile the configuration does not define is refused, naming those it does', async () => {
+    const folder = project({ dependencies: { 'cds-event-queues': '*' }, cds: { requires: { '[pg]': { db: { kind: 'sqlite', credentials: { url: dbFile() } } } } } })
+    const res = await runCli(['status', '--profile', 'pgg'], { cwd: folder, env: alone })
+    expect(res.code).toBe(2)
+    expect(res.stderr).toMatch(/^Invalid option --profile of cds-event-queues status: "pgg"\. Expected a profile the project's configuration defines: .*\bpg\b/)
+  })
+
+  test('a database file without the queue table: the CLI names the database and says to deploy', async () => {
+    const url = dbFile()
+    fs.writeFileSync(url, '')
+    const folder = project({ dependencies: { 'cds-event-queues': '*' }, cds: { requires: { db: { kind: 'sqlite', credentials: { url } } } } })
+    const res = await runCli(['status'], { cwd: folder, env: alone })
+    expect(res.code).toBe(1)
+    expect(res.target).toBe(`SQLite database ${url}`)
+    expect(res.stderr).toBe(`cds-event-queues status failed: table cds_outbox_Messages missing in SQLite database ${url}: run cds deploy\n`)
   })
 
   test('an in-memory SQLite database is refused, naming the option and what is allowed, and never printing credentials', async () => {
@@ -380,13 +400,25 @@ describe('the CLI refuses bad input with exit code 2, and a failing database wit
     expect(res.stderr).toBe(`${fs.realpathSync(folder)} is not the folder of a CAP project (no package.json): run cds-event-queues where the app's package.json is.\n`)
   })
 
-  test('a database it cannot reach exits 1 with the driver\'s reason', async () => {
+  test('a database it cannot reach exits 1 naming the database (never credentials) and the driver\'s reason', async () => {
+    const file = path.join(os.tmpdir(), 'no-such-folder', 'db.sqlite')
     const db = onPostgres()
-      ? { kind: 'postgres', credentials: { host: '127.0.0.1', port: 1, user: 'nobody', password: 'x', database: 'none' } }
-      : { kind: 'sqlite', credentials: { url: path.join(os.tmpdir(), 'no-such-folder', 'db.sqlite') } }
+      ? { ...require('./support/postgres').dbConfig('none'), credentials: { host: '127.0.0.1', port: 1, user: 'nobody', password: 'do-not-print-me', database: 'none' } }
+      : { kind: 'sqlite', credentials: { url: file } }
     const res = await runCli(['status'], { env: { CDS_CONFIG: JSON.stringify({ requires: { db } }) } })
     expect(res.code).toBe(1)
-    expect(res.stderr).toMatch(/^cds-event-queues status failed: .+/)
+    expect(res.stderr).toBe(onPostgres()
+      ? 'cds-event-queues status failed: PostgreSQL database none on 127.0.0.1:1 could not be reached: connect ECONNREFUSED 127.0.0.1:1 (ECONNREFUSED)\n'
+      : `cds-event-queues status failed: SQLite database ${file} does not exist: deploy the app's model to it first (cds deploy)\n`)
+  })
+
+  ;(onPostgres() ? test : test.skip)('a PostgreSQL database that does not exist on a server that runs is named with the server\'s reason', async () => {
+    const db = require('./support/postgres').dbConfig('no_such_database')
+    const res = await runCli(['status'], { env: { CDS_CONFIG: JSON.stringify({ requires: { db } }) } })
+    expect(res.code).toBe(1)
+    const { host, port } = db.credentials
+    expect(res.stderr).toBe(`cds-event-queues status failed: PostgreSQL database no_such_database on ${host}:${port} could not be reached: database "no_such_database" does not exist (3D000)\n`)
+    expect(res.stderr).not.toContain(db.credentials.password)
   })
 
   test('--help prints the commands and the exit codes', async () => {

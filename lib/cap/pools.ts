@@ -65,6 +65,28 @@ export function survivePoolErrors(db: cds.DatabaseService): void {
   }
 }
 
+/**
+ * The reason the pool of `db` last failed to open a connection, for as long as it fails: a pool that cannot connect
+ * fails an acquire with generic-pool's "ResourceRequest timed out" only, naming neither the host nor why.
+ */
+export function connectionFailures(db: cds.DatabaseService): () => unknown {
+  const factory = (db as unknown as { pools?: { _factory?: PoolFactory } }).pools?._factory
+  if (!factory || typeof factory.create !== 'function') return () => undefined
+  let failure: unknown
+  const create = factory.create.bind(factory)
+  factory.create = async (...args: unknown[]) => {
+    try {
+      const connection = await create(...args)
+      failure = undefined
+      return connection
+    } catch (e) {
+      failure = e
+      throw e
+    }
+  }
+  return () => failure
+}
+
 let connectHooked = false
 
 /** `pg`'s `Client#connect`, as @cap-js/postgres resolves it, calls the listener of the creation it runs in first. */

@@ -38,8 +38,10 @@ export async function main(argv: string[], streams: Streams = process): Promise<
   }
   // A driver may throw outside any promise (better-sqlite3 on a missing folder): still one line and exit code 1.
   process.once('uncaughtException', e => {
-    streams.stderr.write(`cds-event-queues ${invocation.command} failed: ${describeFailure(e)}\n`)
-    process.exit(EXIT.FAILED)
+    void describeFailure(e).then(reason => {
+      streams.stderr.write(`cds-event-queues ${invocation.command} failed: ${reason}\n`)
+      process.exit(EXIT.FAILED)
+    })
   })
   quietSqliteWarning()
   // Before cds is loaded: cds.env is computed once, with the profile it finds then.
@@ -47,6 +49,8 @@ export async function main(argv: string[], streams: Streams = process): Promise<
   try {
     const { openSession } = await import('./session')
     const session = await openSession(streams, invocation)
+    // Which database the command works on, always: an empty answer from the wrong one (a profile not given) shows.
+    streams.stderr.write(`cds-event-queues ${invocation.command} on ${session.database}\n`)
     try {
       const { runCommand } = await import('./commands')
       return await runCommand(session, invocation)
@@ -55,12 +59,16 @@ export async function main(argv: string[], streams: Streams = process): Promise<
     }
   } catch (e) {
     const usage = e instanceof QueueError
-    streams.stderr.write(usage ? `${e.message}\n` : `cds-event-queues ${invocation.command} failed: ${describeFailure(e)}\n`)
+    streams.stderr.write(usage ? `${e.message}\n` : `cds-event-queues ${invocation.command} failed: ${await describeFailure(e)}\n`)
     return usage ? EXIT.USAGE : EXIT.FAILED
   }
 }
 
-function describeFailure(e: unknown): string {
+/** A failure in an operator's words: a table of the plugin missing says to deploy, others name their code. */
+async function describeFailure(e: unknown): Promise<string> {
+  const { missingTable, missingTableLine } = await import('../store/missing-tables')
+  const table = missingTable(e)
+  if (table !== undefined) return missingTableLine(table, undefined)
   if (!(e instanceof Error)) return String(e)
   const code = (e as { code?: unknown }).code
   return code ? `${e.message} (${String(code)})` : e.message
