@@ -439,7 +439,7 @@ export class NativeStore implements BatchingStore {
 
   /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */
   async tryLock(name: string): Promise<boolean> {
-    const lock = this.dialect.keyLock?.('?')
+    const lock = this.dialect.nameLock?.('?')
     if (!lock) return true
     const [row] = await this.rows<{ locked: unknown }>({ sql: `SELECT ${lock} AS "locked"`, params: [name] })
     return row.locked === true

@@ -100,8 +100,9 @@ export interface QueueStore {
    */
   receive(receipt: ReceiptRef, now: number): Promise<boolean>
   /**
-   * A lock on `name` for the current transaction, without waiting: false if another transaction holds it. True where
-   * the database has no such locks (SQLite, whose single writer serialises anyway; the portable store).
+   * A lock on `name` for the current transaction, in the current schema, without waiting: false if another
+   * transaction holds it. True where the database has no such locks (SQLite, whose single writer serialises anyway;
+   * the portable store).
    */
   tryLock(name: string): Promise<boolean>
   /** Creates the indexes the claim needs where the store can (idempotent). */
