@@ -62,7 +62,7 @@ describe('the consumer half in a multitenant app', () => {
     await deliver('t2')
     await waitFor(async () => (await empty('t1')) && (await empty('t2')) && runs.length >= 2, { what: 'both inboxes' })
     expect(runs.sort()).toEqual(['t1', 't2'])
-    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: 'm-1' }))
+    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: JSON.stringify({ topic: 'paid', id: 'm-1' }) }))
     expect(await receipt('t1')).toMatchObject({ scope: 'inbox:inbox', state: 'done', duplicates: 1 })
     expect(await receipt('t2')).toMatchObject({ scope: 'inbox:inbox', state: 'done', duplicates: 0 })
 

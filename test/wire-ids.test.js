@@ -83,6 +83,15 @@ describe('the consumer half: stable IDs and sequence numbers on the wire', () =>
     expect(Date.parse(received[0].headers.time)).toBeGreaterThanOrEqual(before)
   })
 
+  test("its source names the app (its package.json), not the process: source + id, what identifies a CloudEvent, are the same from every instance", async () => {
+    const received = await subscriber('cloudEvents', 'orderShipped')
+    const srv = await cds.connect.to('cloudEvents')
+    await cds.tx(() => srv.emit('orderShipped', {}))
+    await cds.tx(() => srv.emit('orderShipped', {}, { source: '/my/orders' }))
+    await waitFor(() => received.length === 2, { what: 'two messages' })
+    expect(received.map(r => r.headers.source)).toEqual(['/default/sap.cap/event-queues-test-app', '/my/orders'])
+  })
+
   test("an application's own id and time are kept", async () => {
     const received = await subscriber('cloudEvents', 'ownId')
     const srv = await cds.connect.to('cloudEvents')

@@ -437,6 +437,11 @@ export class NativeStore implements BatchingStore {
     return Number(row.duplicates) === 0
   }
 
+  /** See `QueueStore.countRedelivery`: an UPDATE by the key, which finds nothing for a receipt never recorded. */
+  async countRedelivery(receipt: ReceiptRef): Promise<boolean> {
+    return (await this.changes(statements.countRedelivery(receipt))) > 0
+  }
+
   /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */
   async tryLock(name: string): Promise<boolean> {
     const lock = this.dialect.nameLock?.('?')

@@ -330,6 +330,10 @@ export class PortableStore implements QueueStore {
     return !(await incrementOrInsert(() => q.countRedelivery(receipt), () => q.insertReceived(receipt, now)))
   }
 
+  async countRedelivery(receipt: ReceiptRef): Promise<boolean> {
+    return Number(await q.countRedelivery(receipt)) > 0
+  }
+
   /** See `QueueStore.tryLock`: CQL has no such locks. */
   async tryLock(): Promise<boolean> {
     return true

@@ -99,6 +99,8 @@ export interface QueueStore {
    * same moment is waited for.
    */
   receive(receipt: ReceiptRef, now: number): Promise<boolean>
+  /** Counts a redelivery on `receipt` in the current transaction, if it was recorded; whether it was. */
+  countRedelivery(receipt: ReceiptRef): Promise<boolean>
   /**
    * A lock on `name` for the current transaction, in the current schema, without waiting: false if another
    * transaction holds it. True where the database has no such locks (SQLite, whose single writer serialises anyway;

@@ -455,6 +455,11 @@ export function receive({ scope, ID }: ReceiptRef, now: number): Fragment {
   }
 }
 
+/** A redelivery counted on the receipt `scope`, `ID` if there is one (see `QueueStore.countRedelivery`). */
+export function countRedelivery({ scope, ID }: ReceiptRef): Fragment {
+  return { sql: `UPDATE ${RECEIPTS} SET duplicates = duplicates + 1 WHERE scope = ? AND ID = ?`, params: [scope, ID] }
+}
+
 /** A statement that reaches the database and the table and reads nothing: is the database there? */
 export function ping(): Fragment {
   return { sql: `SELECT 1 AS "ok" FROM ${TABLE} WHERE 1 = 0`, params: [] }
