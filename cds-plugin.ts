@@ -36,7 +36,9 @@ else {
 
   // Operations marked @idempotent answer a repeated Idempotency-Key from their record (lib/receipts).
   const { persistent, appid, queues } = plugin.settings
-  const idempotent = persistent ? { store: () => plugin.runner.store, appid, retention: queues.defaultQueue.receiptRetention } : undefined
+  const idempotent = persistent
+    ? { store: () => plugin.runner.store, appid, retention: queues.defaultQueue.receiptRetention, multitenant: () => plugin.runner.tenants.multitenant }
+    : undefined
   cds.on('serving', srv => failingStart(() => serveIdempotent(srv, idempotent)))
   // The ops page comes with the operator service and is restricted like it.
   if (cds.env.requires?.[OPERATOR_ENTRY]) {

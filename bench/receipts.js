@@ -3,7 +3,8 @@
  * BENCH_RECEIPTS recorded IDs (default 1,000,000), on a SQLite file and on an embedded PostgreSQL server: the rows'
  * storage, and each BENCH_REPS times (default 200; median and 95th percentile in ms of the statements, in one open
  * transaction, so a commit's flush to disk is not part of the figure):
- * - the inbox's receipt of a new message ID and of a redelivery (the native store's upsert; the portable store's CQL);
+ * - the inbox's receipt of a new message ID and of a redelivery (the native store's upsert; the portable store's CQL),
+ *   and the look-up under the key earlier versions recorded (the ID alone) that precedes each;
  * - marking a receipt processed (the subscriber's transaction);
  * - an @idempotent operation's look-up of a key;
  * - a pruning batch of 500 expired receipts.
@@ -20,16 +21,19 @@ const log = (...args) => console.error('[bench:receipts]', ...args)
 const REPO = path.join(__dirname, '..')
 const SCOPE = 'inbox:Bench'
 
+/** An inbox's receipt key: a CloudEvent's source and id (lib/receipts/inbox.ts), of SQL text `id`. */
+const eventKey = id => `'{"source":"/default/sap.cap/orders","id":"' || ${id} || '"}'`
+
 /** The receipts as a week of an inbox leaves them, written by the database itself. */
 const FILL = {
   sqlite: rows => `INSERT INTO cds_outbox_Receipts (scope, ID, state, duplicates, recordedAt, expiresAt)
     WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ${rows})
-    SELECT '${SCOPE}', printf('%08x-%04x-4%03x-8%03x-%012x', i, i % 65536, i % 4096, (i * 7) % 4096, i * 7919), 'done', 0,
+    SELECT '${SCOPE}', ${eventKey("printf('%08x-%04x-4%03x-8%03x-%012x', i, i % 65536, i % 4096, (i * 7) % 4096, i * 7919)")}, 'done', 0,
       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-' || (i % 86400) || ' seconds'),
       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', CASE WHEN i % 10 = 0 THEN '-' ELSE '+' END || (i % 604800) || ' seconds')
     FROM n`,
   postgres: rows => `INSERT INTO cds_outbox_Receipts (scope, ID, state, duplicates, recordedAt, expiresAt)
-    SELECT '${SCOPE}', md5(i::text)::uuid::text, 'done', 0, now() - (i % 86400) * interval '1 second',
+    SELECT '${SCOPE}', ${eventKey('md5(i::text)::uuid::text')}, 'done', 0, now() - (i % 86400) * interval '1 second',
       now() + CASE WHEN i % 10 = 0 THEN -1 ELSE 1 END * (i % 604800) * interval '1 second'
     FROM generate_series(1, ${rows}) AS i`
 }
@@ -86,7 +90,7 @@ async function child() {
 
   const recorded = await cds.db.run(`SELECT ID AS "ID" FROM cds_outbox_Receipts WHERE scope = '${SCOPE}' LIMIT ${config.reps}`)
   const recordedRef = i => ({ scope: SCOPE, ID: recorded[i % recorded.length].ID })
-  const fresh = (prefix, i) => ({ scope: SCOPE, ID: `${prefix}-${i}-${cds.utils.uuid()}` })
+  const fresh = (prefix, i) => ({ scope: SCOPE, ID: JSON.stringify({ source: '/default/sap.cap/orders', id: `${prefix}-${i}-${cds.utils.uuid()}` }) })
   const figures = {}
   const measure = async (name, fn, reps = config.reps) => {
     figures[name] = await cds.tx(() => timed(reps, fn))
@@ -94,6 +98,7 @@ async function child() {
   }
   await measure('inbox: receipt of a new message ID (native store, 1 upsert)', i => native.receive(fresh('n', i), Date.now()))
   await measure('inbox: redelivery of a recorded ID, counted (native store, 1 upsert)', i => native.receive(recordedRef(i), Date.now()))
+  await measure("inbox: look-up under an earlier version's key, none there (native store, 1 UPDATE)", i => native.countRedelivery(fresh('f', i)))
   await measure('inbox: receipt of a new message ID (portable store, UPDATE + INSERT)', i => portable.receive(fresh('p', i), Date.now()))
   await measure('inbox: redelivery of a recorded ID, counted (portable store, 1 UPDATE)', i => portable.receive(recordedRef(i), Date.now()))
   await measure("inbox: receipt marked processed (subscriber's transaction, 1 UPDATE)", i => receipts.recordProcessed(recordedRef(i), Date.now(), 7 * 86_400_000))

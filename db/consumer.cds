@@ -27,9 +27,12 @@ entity Receipts {
 }
 
 /**
- * The last sequence number issued to each ordering key (issue 23, item 6): incremented in the enqueuing transaction,
- * so a rolled-back enqueue uses no number and the numbers of a key have no gaps. Never pruned: a key's numbers never
- * start over while its row exists.
+ * The last sequence number issued to each ordering key (issue 23, item 6): incremented by the claim that first takes a
+ * message of the key, in the runner's transaction, which stores the number with the message (`sequence` of
+ * cds.outbox.Messages): a key's messages are claimed one at a time, in their order, so its numbers follow the order
+ * they run in; a rolled-back enqueue never reaches a claim, and the numbers have no gaps. Never in an application's
+ * transaction, whose locks it would join (issue 31: two transfers queueing for two keys in opposite order deadlocked).
+ * Never pruned: a key's numbers never start over while its row exists.
  */
 entity KeySequences {
   // CAP's `appid` ('' for none): apps sharing a database number their keys apart

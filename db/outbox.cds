@@ -23,6 +23,10 @@ extend cds.outbox.Messages with {
   // keys are entity IDs (strings), an Integer would need a hash whose collisions make unrelated keys wait, and
   // CAP's rows carry partition 0, which would put all of them under one key.
   orderingKey : String(255);
+  // A keyed message's number in its key's sequence (docs/CONSUMER.md), issued by the claim that first takes it, in the
+  // runner's transaction: 0 until then; null for an unkeyed message, or one written before numbers were issued at the
+  // claim (its number is in `msg`). Kept on retries and revivals.
+  sequence    : Integer64;
   // The service and event of `msg`, so operators and statistics can tell messages apart (every `outboxed: true`
   // service shares the queue `queue`); filled in for rows written by others by the runner.
   service     : String(255);

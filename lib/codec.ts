@@ -112,8 +112,6 @@ export function eventOf(req: Dispatchable): string | undefined {
 export interface Additions {
   /** The trace the message's handler continues (see lib/telemetry). */
   traceContext?: TraceContext
-  /** The sequence number of its ordering key: `req.queue.sequence`, and on the wire (lib/wire.ts). */
-  sequence?: number
   /** An inbound message's receipt (lib/receipts): `req.queue.receipt`. */
   receipt?: ReceiptRef
   /** The header its message ID goes out in (lib/wire.ts). */
@@ -121,13 +119,13 @@ export interface Additions {
 }
 
 export function encode(req: Dispatchable, context: ContextLike, serviceName: string, secretHeader: HeaderRule, additions: Additions = {}): Encoded {
-  const { traceContext, sequence, receipt, idempotencyKey } = additions
+  const { traceContext, receipt, idempotencyKey } = additions
   const msg: StoredMessage = { [INTERNAL_USER]: context.user?.id, service: serviceName, context: storedContext(context) }
   if (traceContext) msg.traceContext = traceContext
   if (idempotencyKey) msg.idempotencyKey = idempotencyKey
   if (req._fromSend || req.reply) msg._fromSend = true
   for (const prop of COPIED) if (req[prop]) (msg as Record<string, unknown>)[prop] = req[prop]
-  if (sequence !== undefined || receipt) msg.queue = { ...msg.queue, ...(sequence !== undefined && { sequence }), ...(receipt && { receipt }) }
+  if (receipt) msg.queue = { ...msg.queue, receipt }
   if (msg.headers) msg.headers = withoutSecrets(msg.headers, secretHeader)
   if (req.query) {
     msg.query = storableQuery(req.query)

@@ -167,6 +167,8 @@ export interface MessageRow {
   serviceOfOldRow?: string
   /** Its ordering key: when it is done, the next message of the key becomes due. */
   orderingKey?: string | null
+  /** Its number in its key's sequence (lib/store/sequences.ts); null where the row has none (its `msg` may). */
+  sequence?: number | null
 }
 
 /** The claim a process holds on a row; outcomes are only written while it still holds it. */

@@ -1,5 +1,6 @@
 import type cds from '@sap/cds'
-import { isOutboundMessage, sendsCloudEvents } from './cap/messaging'
+import { appName } from './app-name'
+import { isOutboundMessage, sendsCloudEvents, sourceNamesProcess } from './cap/messaging'
 import type { DecodedMessage } from './codec'
 import type { MessageRow } from './interfaces'
 import { uuidOf } from './uuids'
@@ -9,7 +10,7 @@ import { uuidOf } from './uuids'
  * the queue's message ID, the same on every attempt and in every instance; when it was enqueued; the sequence number
  * of its ordering key. A messaging service gets them as CloudEvents attributes (`format: 'cloudevents'`) or as
  * headers; a remote service with `idempotencyKey` gets the ID in that header. What the application set wins.
- * CAP's messaging services keep an `id` and a `time` they are given (lib/cap/messaging.ts).
+ * CAP's messaging services keep an `id`, `time` and `source` they are given (lib/cap/messaging.ts).
  */
 
 /** The header of the message ID where the format is not CloudEvents. */
@@ -49,12 +50,26 @@ export function structuredString(value: string): string {
   return `"${value.replace(/[\\"]/g, c => `\\${c}`)}"`
 }
 
+/**
+ * CloudEvents identify an event by `source` + `id`: a consumer's inbox too (lib/receipts/inbox.ts). Where a service
+ * would name the process as the source (CAP's own services), a message published again by another instance or after
+ * a restart would be another event; it names the app instead.
+ */
+const sources = new WeakMap<cds.Service, string | null>()
+function appSourceFor(srv: cds.Service): string | null {
+  let source = sources.get(srv)
+  if (source === undefined) sources.set(srv, (source = sourceNamesProcess(srv as cds.MessagingService) ? `/default/sap.cap/${appName()}` : null))
+  return source
+}
+
 /** What a messaging service's consumer learns of the delivery, in the service's format. */
 function messagingHeaders(srv: cds.Service, delivery: Delivery, sequence: number | undefined): Record<string, unknown> {
   if (!sendsCloudEvents(srv)) {
     return { [MESSAGE_ID_HEADER]: delivery.id, ...(sequence !== undefined && { [SEQUENCE_HEADER]: sequence }) }
   }
   const headers: Record<string, unknown> = { id: delivery.id, time: delivery.time }
+  const source = appSourceFor(srv)
+  if (source) headers.source = source
   if (sequence !== undefined) headers.sequence = String(sequence).padStart(SEQUENCE_DIGITS, '0')
   // CloudEvents' partitioning extension: the key the sequence counts in
   if (sequence !== undefined && delivery.orderingKey) headers.partitionkey = delivery.orderingKey

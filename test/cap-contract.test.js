@@ -414,6 +414,17 @@ describe('CAP contracts', () => {
       expect(lines[2].headers.id).not.toBe(lines[1].headers.id)
     })
 
+    test("with format 'cloudevents' it makes up a source naming the process, keeps one it is given; sourceNamesProcess tells", async () => {
+      const { sourceNamesProcess } = require('../lib/cap/messaging')
+      const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'contract-bus-')), 'bus')
+      const bus = await cds.connect.to('contractSourceBus', { kind: 'file-based-messaging', file, format: 'cloudevents', outboxed: false })
+      await bus.emit('contract/sourced', {}, { source: '/given' })
+      await bus.emit('contract/unsourced', {})
+      const lines = fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map(line => JSON.parse(line.slice(line.indexOf(' ') + 1)))
+      expect(lines.map(l => l.headers.source)).toEqual(['/given', `/default/sap.cap/${process.pid}`])
+      expect(sourceNamesProcess(bus)).toBe(true)
+    })
+
     test('processInboundMsg marks a message inbound and queues it through the global cds.queued when `inboxed` is an object', async () => {
       const { isInboundMessage } = require('../lib/cap/messaging')
       const inbox = await cds.connect.to('contractInbox')

@@ -62,7 +62,7 @@ describe('the consumer half in a multitenant app', () => {
     await deliver('t2')
     await waitFor(async () => (await empty('t1')) && (await empty('t2')) && runs.length >= 2, { what: 'both inboxes' })
     expect(runs.sort()).toEqual(['t1', 't2'])
-    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: 'm-1' }))
+    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: JSON.stringify({ topic: 'paid', id: 'm-1' }) }))
     expect(await receipt('t1')).toMatchObject({ scope: 'inbox:inbox', state: 'done', duplicates: 1 })
     expect(await receipt('t2')).toMatchObject({ scope: 'inbox:inbox', state: 'done', duplicates: 0 })
 
@@ -84,4 +84,36 @@ describe('the consumer half in a multitenant app', () => {
     expect((await done('t1')).filter(r => r.seq === 7)).toHaveLength(1)
     expect((await done('t2')).filter(r => r.seq === 7)).toHaveLength(1)
   })
+
+  test("a request still running in one tenant does not hold up another tenant's request with the same Idempotency-Key", async () => {
+    // t1's booking of seq 8 waits after its handler, before its commit: its key is in use until then
+    const started = gate()
+    const release = gate()
+    const tenantService = await cds.connect.to('Tenant')
+    tenantService.after('book', async (_, req) => {
+      if (req.data.seq !== 8 || cds.context.tenant !== 't1') return
+      started.open()
+      await release.opened
+    })
+    const book = (user, key) => POST('/odata/v4/tenant/book', { seq: 8 }, { auth: { username: user }, headers: { 'Idempotency-Key': `"${key}"` } })
+    const first = book('alice', 'k-running')
+    try {
+      await started.opened
+      const sameKeyElsewhere = await book('erin', 'k-running')
+      expect(sameKeyElsewhere.status).toBe(200)
+      // in its own tenant the key is still in use
+      expect((await book('alice', 'k-running')).status).toBe(409)
+    } finally {
+      release.open()
+    }
+    expect((await first).status).toBe(200)
+    expect((await done('t1')).filter(r => r.seq === 8)).toHaveLength(1)
+    expect((await done('t2')).filter(r => r.seq === 8)).toHaveLength(1)
+  })
 })
+
+function gate() {
+  let open
+  const opened = new Promise(resolve => (open = resolve))
+  return { opened, open }
+}

@@ -62,7 +62,7 @@ describe("deliver: 'twice' in a multitenant app", () => {
     expect(runs).toEqual([{ tenant: 't1', id: 'm-twice' }])
     expect(testkit.duplicateDeliveries().delivered - before).toBe(1)
     // the copy was received in t1 (its receipt counts it), not in t2
-    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: 'm-twice' }))
+    const receipt = tenant => inTenant(tenant, () => SELECT.one.from(RECEIPTS).where({ ID: JSON.stringify({ topic: 'paid', id: 'm-twice' }) }))
     expect(await receipt('t1')).toMatchObject({ scope: 'inbox:inbox', state: 'done', duplicates: 1 })
     expect(await receipt('t2')).toBeFalsy()
     expect((await done('t1')).filter(r => r.seq === 100)).toHaveLength(1)

@@ -14,7 +14,7 @@ const ROOT = path.join(__dirname, '..')
 const EXAMPLE = path.join(ROOT, 'examples', 'travel')
 const cli = (args, cwd) => promisify(execFile)(process.execPath, [require.resolve('@sap/cds-dk/bin/cds.js'), ...args], { cwd, timeout: 120000 })
 
-const COLUMNS = ['dueAt TIMESTAMP DEFAULT CURRENT_TIMESTAMP', 'claimedBy NVARCHAR(255)', 'claimedAt TIMESTAMP', 'interrupted INTEGER DEFAULT 0', 'orderingKey NVARCHAR(255)', 'service NVARCHAR(255)', 'event NVARCHAR(255)']
+const COLUMNS = ['dueAt TIMESTAMP DEFAULT CURRENT_TIMESTAMP', 'claimedBy NVARCHAR(255)', 'claimedAt TIMESTAMP', 'interrupted INTEGER DEFAULT 0', 'orderingKey NVARCHAR(255)', 'service NVARCHAR(255)', 'event NVARCHAR(255)', 'sequence BIGINT']
 const INDEX = 'UNIQUE INVERTED INDEX cds_outbox_Messages_due ON cds_outbox_Messages (appid, dueAt, ID)'
 
 describe('SAP HANA artifacts', () => {

@@ -27,6 +27,8 @@ const app = startApp({
 
 const RECEIPTS = 'cds.outbox.Receipts'
 const receipt = (scope, ID) => SELECT.one.from(RECEIPTS).where({ scope, ID })
+/** The receipt key of an event without a CloudEvents source: its ID within its topic. */
+const inTopic = (topic, id) => JSON.stringify({ topic, id })
 
 /** What a broker adapter does with a message: hand it to the service; the broker is acknowledged when this resolves. */
 async function deliver(service, event, { id, data = {}, headers = {} } = {}) {
@@ -104,14 +106,14 @@ describe('the idempotent inbox', () => {
   test("the ID is recorded as processed in the subscriber's transaction: not while its attempts roll back, kept for receiptRetention once one commits", async () => {
     const states = []
     await subscribe('inbox', 'checked', async (_, n) => {
-      states.push((await receipt('inbox:inbox', 'm-tx'))?.state)
+      states.push((await receipt('inbox:inbox', inTopic('checked', 'm-tx')))?.state)
       if (n === 1) throw new Error('rolled back')
     })
     await deliver('inbox', 'checked', { id: 'm-tx' })
     await waitFor(inboxEmpty, { what: 'the second attempt' })
     // what the subscriber saw of its own receipt in its transactions: received (the failed one rolled back)
     expect(states).toEqual(['received', 'received'])
-    const done = await receipt('inbox:inbox', 'm-tx')
+    const done = await receipt('inbox:inbox', inTopic('checked', 'm-tx'))
     expect(done.state).toBe('done')
     const week = 7 * 24 * 3600 * 1000
     expect(Date.parse(done.expiresAt) - Date.parse(done.recordedAt)).toBeGreaterThanOrEqual(week)
@@ -133,6 +135,42 @@ describe('the idempotent inbox', () => {
     await deliver('eventIds', 'booked', { id: 'header-1', data: { eventId: 'e-2', n: 2 } })
     await waitFor(async () => (await records('eventIds.booked')).length === 2 && inboxEmpty(), { what: 'two messages' })
     expect(runs.map(d => d.eventId).sort()).toEqual(['e-1', 'e-2'])
+  })
+
+  test('the same id from two sources is two events (CloudEvents: source + id): each is applied, and only a redelivery is dropped', async () => {
+    const runs = await subscribe('inbox', 'sourced')
+    for (const n of [1, 2, 3]) {
+      await deliver('inbox', 'sourced', { id: `m-${n}`, headers: { source: '/orders' }, data: { n: `orders-${n}` } })
+      await deliver('inbox', 'sourced', { id: `m-${n}`, headers: { source: '/billing' }, data: { n: `billing-${n}` } })
+    }
+    await deliver('inbox', 'sourced', { id: 'm-2', headers: { source: '/billing' }, data: { n: 'billing-2' } })
+    await waitFor(inboxEmpty, { what: 'the inbox to empty' })
+    await cds.flush()
+    expect(runs.map(d => d.n).sort()).toEqual(['billing-1', 'billing-2', 'billing-3', 'orders-1', 'orders-2', 'orders-3'])
+  })
+
+  test('an ID without a source (x-message-id, a path into the data) is unique within its topic: the same one on another topic is another event', async () => {
+    const plain = [await subscribe('inbox', 'plainOne'), await subscribe('inbox', 'plainTwo')]
+    await deliver('inbox', 'plainOne', { headers: { 'x-message-id': 'm-topic' } })
+    await deliver('inbox', 'plainTwo', { headers: { 'x-message-id': 'm-topic' } })
+    const byPath = [await subscribe('eventIds', 'booked2'), await subscribe('eventIds', 'cancelled')]
+    await deliver('eventIds', 'booked2', { data: { eventId: 'e-topic', n: 1 } })
+    await deliver('eventIds', 'cancelled', { data: { eventId: 'e-topic', n: 2 } })
+    await deliver('eventIds', 'cancelled', { data: { eventId: 'e-topic', n: 2 } })
+    await waitFor(inboxEmpty, { what: 'the inbox to empty' })
+    await cds.flush()
+    expect([...plain, ...byPath].map(runs => runs.length)).toEqual([1, 1, 1, 1])
+  })
+
+  test('a receipt recorded by an earlier version (by the ID alone) still drops a redelivery of its message', async () => {
+    const week = new Date(Date.now() + 7 * 24 * 3600 * 1000).toISOString()
+    await INSERT.into(RECEIPTS).entries({ scope: 'inbox:inbox', ID: 'm-before', state: 'done', duplicates: 0, recordedAt: new Date().toISOString(), expiresAt: week })
+    const runs = await subscribe('inbox', 'upgraded')
+    await deliver('inbox', 'upgraded', { id: 'm-before', headers: { source: '/orders' } })
+    expect(await messages()).toEqual([])
+    await cds.flush()
+    expect(runs).toHaveLength(0)
+    expect(await receipt('inbox:inbox', 'm-before')).toMatchObject({ duplicates: 1 })
   })
 
   test('messageId: false deduplicates nothing; a message without an ID is processed as it comes', async () => {
@@ -163,7 +201,7 @@ describe('the idempotent inbox', () => {
     try {
       await deliver('shortLived', 'expiring', { id: 'm-expiring' })
       await deliver('shortLived', 'expiring', { id: 'm-held', data: { wait: true } })
-      await waitFor(async () => (await receipt('inbox:shortLived', 'm-expiring'))?.state === 'done', { what: 'the first one processed' })
+      await waitFor(async () => (await receipt('inbox:shortLived', inTopic('expiring', 'm-expiring')))?.state === 'done', { what: 'the first one processed' })
       // many expired receipts, as a week of traffic leaves them
       const past = i => new Date(Date.now() - 60000 + (i % 7)).toISOString()
       await INSERT.into(RECEIPTS).entries(Array.from({ length: 1200 }, (_, i) => ({ scope: 'inbox:old', ID: `old-${i}`, state: 'done', expiresAt: past(i) })))
@@ -171,15 +209,15 @@ describe('the idempotent inbox', () => {
       expect(await cds.tx(() => pruneExpired(Date.now(), 500))).toBe(500)
       // the plugin's own cleanup may delete it first, as soon as it expired
       const expired = async () => {
-        const done = await receipt('inbox:shortLived', 'm-expiring')
+        const done = await receipt('inbox:shortLived', inTopic('expiring', 'm-expiring'))
         return !done || Date.now() > Date.parse(done.expiresAt)
       }
       await waitFor(expired, { what: 'the retention to pass' })
       // a cleanup that started before the receipt expired is shared by run(): the next one takes it
       const { retention } = require('../lib/plugin').eventQueues()
-      await waitFor(async () => (await retention.run(), !(await receipt('inbox:shortLived', 'm-expiring'))), { what: 'the cleanup' })
+      await waitFor(async () => (await retention.run(), !(await receipt('inbox:shortLived', inTopic('expiring', 'm-expiring')))), { what: 'the cleanup' })
       expect(await SELECT.from(RECEIPTS).where({ scope: 'inbox:old' })).toEqual([])
-      expect(await receipt('inbox:shortLived', 'm-held')).toMatchObject({ state: 'received', expiresAt: null })
+      expect(await receipt('inbox:shortLived', inTopic('expiring', 'm-held'))).toMatchObject({ state: 'received', expiresAt: null })
     } finally {
       open()
     }

@@ -20,7 +20,7 @@ describe('postgres multi-instance: ordering keys', () => {
 
   afterAll(() => Promise.all(running.map(child => stopInstance(child))))
 
-  test('3 instances, 20 keys × 50 messages, random delays: per key strictly in order, no gaps, never two runs at once', async () => {
+  test('3 instances, 20 keys × 50 messages, random delays: per key strictly in order, numbered 1..50 as they ran, never two runs at once', async () => {
     await enqueueFromAnotherProcess(database, PER_KEY, { KEYS: String(KEYS) })
     await waitFor(
       async () => {
@@ -40,8 +40,10 @@ describe('postgres multi-instance: ordering keys', () => {
     const instances = new Set()
     for (const runs of byKey.values()) {
       runs.sort((a, b) => a.start - b.start)
-      // In the order they started, the sequence numbers are 0..49: in order and without gaps or repeats.
+      // In the order they started, the messages are 0..49: in order and without gaps or repeats; and so are the
+      // numbers of the key's sequence, which the instances' claims gave them as they took them.
       expect(runs.map(r => r.seq)).toEqual(expected)
+      expect(runs.map(r => r.number)).toEqual(expected.map(i => i + 1))
       // Each run ended before the next one of its key started, whichever instance ran it.
       for (let i = 1; i < runs.length; i++) expect(runs[i].start).toBeGreaterThanOrEqual(runs[i - 1].end)
       for (const r of runs) instances.add(r.instance)

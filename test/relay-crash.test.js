@@ -37,7 +37,7 @@ describe('a relay crash between publishing and completing', () => {
     // hands them over at the same time. The native store's upsert waits for the first and counts the second; on
     // PostgreSQL the portable store's INSERT fails instead (the broker would redeliver it; this one drops it).
     if (!(onPostgres() && onPortableStore())) {
-      const receipt = async () => (await (await fetch(`${receiver.url}/receipts`)).json()).find(r => r.ID === first)
+      const receipt = async () => (await (await fetch(`${receiver.url}/receipts`)).json()).find(r => JSON.parse(r.ID).id === first)
       await waitFor(async () => (await receipt())?.duplicates === 1, { timeout: 30000, what: 'the redelivery counted' })
     }
     // every copy the inbox took has run once its inbox is empty

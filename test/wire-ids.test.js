@@ -1,5 +1,5 @@
 const http = require('http')
-const { startApp } = require('./support/app')
+const { startApp, onPostgres } = require('./support/app')
 const { waitFor } = require('./support/wait')
 const { MESSAGES, messages, millis } = require('./support/outbox')
 const cds = require('@sap/cds')
@@ -7,7 +7,7 @@ const cds = require('@sap/cds')
 // The message ID on the wire (issue 23, item 1) and the sequence number per ordering key (item 6): what a consumer
 // receives from a relayed message, on every attempt.
 const fast = { backoff: { base: 10, max: 20 } }
-startApp({
+const { POST } = startApp({
   requires: {
     queue: fast,
     // messaging services are queued by default; a subscriber of local-messaging runs in the relay's dispatch
@@ -83,6 +83,15 @@ describe('the consumer half: stable IDs and sequence numbers on the wire', () =>
     expect(Date.parse(received[0].headers.time)).toBeGreaterThanOrEqual(before)
   })
 
+  test("its source names the app (its package.json), not the process: source + id, what identifies a CloudEvent, are the same from every instance", async () => {
+    const received = await subscriber('cloudEvents', 'orderShipped')
+    const srv = await cds.connect.to('cloudEvents')
+    await cds.tx(() => srv.emit('orderShipped', {}))
+    await cds.tx(() => srv.emit('orderShipped', {}, { source: '/my/orders' }))
+    await waitFor(() => received.length === 2, { what: 'two messages' })
+    expect(received.map(r => r.headers.source)).toEqual(['/default/sap.cap/event-queues-test-app', '/my/orders'])
+  })
+
   test("an application's own id and time are kept", async () => {
     const received = await subscriber('cloudEvents', 'ownId')
     const srv = await cds.connect.to('cloudEvents')
@@ -144,6 +153,46 @@ describe('the consumer half: stable IDs and sequence numbers on the wire', () =>
       expect(received.map(r => r.queue.sequence)).toEqual([1, 2])
     })
 
+    test("two transfers in opposite directions at the same time, each queueing a message of both accounts, both commit: the numbers take no lock of the app's transaction", async () => {
+      const received = await subscriber('keyedEvents', 'transferred')
+      const ledger = await cds.connect.to('keyedEvents')
+      // On PostgreSQL two transactions write side by side: each queues its first message before either queues its
+      // second (on SQLite the second transaction's first write waits for the first one's commit).
+      const firstQueued = arrivals(onPostgres() ? 2 : 1)
+      ;(await cds.connect.to('Target')).on('act', async req => {
+        const [from, to] = req.data.value.split('>')
+        await ledger.emit('transferred', { order: from, amount: -10 })
+        await firstQueued.arrive()
+        await ledger.emit('transferred', { order: to, amount: 10 })
+        return 'booked'
+      })
+      const transfer = value => POST('/odata/v4/target/act', { value }, { validateStatus: () => true })
+      const answers = await Promise.all([transfer('A>B'), transfer('B>A')])
+      expect(answers.map(a => [a.status, a.data.error?.message ?? a.data.value])).toEqual([[200, 'booked'], [200, 'booked']])
+      await waitFor(() => received.length === 4, { what: 'four messages' })
+      const of = key => received.filter(r => r.headers.partitionkey === key).map(r => r.queue.sequence)
+      expect([of('A'), of('B')]).toEqual([[1, 2], [1, 2]])
+    })
+
+    test("a message keeps its number on every retry and when revived; a dead letter's number is a gap the next message shows", async () => {
+      const srv = await cds.connect.to('plainKeyed')
+      const received = []
+      let rejecting = true
+      srv.on('numbered', msg => {
+        const { n } = msg.data
+        received.push([n, msg.queue.sequence, msg.headers['x-ordering-sequence']])
+        if (n === 1 && rejecting) throw Object.assign(new Error('rejected'), { unrecoverable: true })
+        if (n === 2 && received.filter(r => r[0] === 2).length === 1) throw new Error('not yet')
+      })
+      for (const n of [1, 2, 3]) await cds.tx(() => srv.emit('numbered', { order: 'g', n }))
+      await waitFor(() => received.some(r => r[0] === 3), { what: 'the third message' })
+      rejecting = false
+      const operations = await cds.connect.to('EventQueuesService')
+      await operations.tx({ user: new cds.User.Privileged() }, tx => tx.send('reviveAll', { service: 'plainKeyed' }))
+      await waitFor(() => received.length === 5, { what: 'the revived message' })
+      expect(received).toEqual([[1, 1, 1], [2, 2, 2], [2, 2, 2], [3, 3, 3], [1, 1, 1]])
+    })
+
     test('unkeyed messages carry no sequence number', async () => {
       const received = await subscriber('plainEvents', 'loose')
       await cds.tx(async () => (await cds.connect.to('plainEvents')).emit('loose', {}))
@@ -184,3 +233,16 @@ describe('the consumer half: stable IDs and sequence numbers on the wire', () =>
     })
   })
 })
+
+/** Resolves each `arrive()` once `count` callers have arrived. */
+function arrivals(count) {
+  let arrived = 0
+  let all
+  const together = new Promise(resolve => (all = resolve))
+  return {
+    arrive: () => {
+      if (++arrived >= count) all()
+      return together
+    }
+  }
+}

@@ -16,7 +16,8 @@ import { runInContext } from './contexts'
  * CAP internals of its messaging services that the consumer half relies on (lib/wire.ts, lib/receipts/inbox.ts):
  * - outbound, `prepareHeaders` (called as the message is handed to the broker) sets CloudEvents' `id` and `time`
  *   (`format: 'cloudevents'`, the service's option) only where the headers have none: an `id` and `time` the queue
- *   puts there go on the wire; without them every attempt gets a new `id`;
+ *   puts there go on the wire; without them every attempt gets a new `id`; likewise `source`, which CAP's own
+ *   services make up as `/default/sap.cap/<pid>`, another in each process;
  * - inbound, every adapter hands a message to `processInboundMsg`, which marks it `inbound` and, where the service's
  *   `inboxed` (or `inbox`) option is truthy — an object too —, queues it through the global `cds.queued`.
  * Remote services (`kind: 'odata' | 'rest'`) send the headers of a request as HTTP request headers.
@@ -79,6 +80,14 @@ export function markRelayed(event: object): void {
 /** Whether `srv` is a messaging service and `msg` one it sends to its broker (not one it received). */
 export function isOutboundMessage(srv: cds.Service, msg: object): boolean {
   return srv instanceof cds.MessagingService && !isInboundMessage(msg)
+}
+
+/**
+ * Whether the CloudEvents `source` `srv` makes up for a message that has none names this process: CAP's messaging
+ * services say `/default/sap.cap/<pid>` (SAP Event Mesh's adapters name the namespace instead).
+ */
+export function sourceNamesProcess(srv: cds.MessagingService): boolean {
+  return outbound(srv, { event: 'source', data: {} }).headers.source === `/default/sap.cap/${process.pid}`
 }
 
 /** Whether a messaging service sends CloudEvents, where CAP's `prepareHeaders` reads it. */

@@ -1,7 +1,6 @@
 import cds from '@sap/cds'
-import fs from 'fs'
 import os from 'os'
-import path from 'path'
+import { appName } from '../app-name'
 import { whenListening } from '../cap/lifecycle'
 import { deliverInbound, listensToAll, outbound, subscribedTopics } from '../cap/messaging'
 import { MessagingService } from '../cap/messaging-service'
@@ -36,17 +35,6 @@ function entriesPerRead(service: string): number {
   const bytes = settings.runner.maxClaimBytes
   const largest = settings.queues.queueOfService(service).maxMessageSize
   return Math.max(1, Math.min(MAX_ENTRIES_PER_READ, Math.floor(bytes / largest)))
-}
-
-/** The app's name (its package.json), which names its consumer group unless `group` is configured. */
-function appName(): string {
-  try {
-    const { name } = JSON.parse(fs.readFileSync(path.join(cds.root, 'package.json'), 'utf8')) as { name?: unknown }
-    if (typeof name === 'string' && name) return name
-  } catch {
-    // no package.json: the fallback below
-  }
-  return 'cap-app'
 }
 
 export default class RedisStreamsMessaging extends MessagingService {

@@ -2,6 +2,7 @@ import cds from '@sap/cds'
 import { createHash } from 'crypto'
 import { beforeInput } from '../cap/handlers'
 import { QueueError } from '../errors'
+import type { ReceiptRef } from '../interfaces'
 import type { QueueStore } from '../store'
 import { countDuplicate } from '../telemetry/metrics'
 import { LOG } from '../log'
@@ -143,9 +144,9 @@ function recordable(result: unknown, marked: Marked): string {
 }
 
 /**
- * The keys of requests this process runs now, per scope: a second request with one of them gets 409 at once. Across
- * processes the database's lock does the same (`QueueStore.tryLock`, PostgreSQL), else the recording of the second
- * request fails on the key and it gets 409 then.
+ * The keys of requests this process runs now, per database and scope: a second request with one of them gets 409 at
+ * once. Across processes the database's lock does the same (`QueueStore.tryLock`, PostgreSQL), else the recording of
+ * the second request fails on the key and it gets 409 then.
  */
 const running = new Set<string>()
 
@@ -154,6 +155,17 @@ export interface IdempotentOperations {
   appid: string | undefined
   /** How long keys and responses are kept (ms). */
   retention: number
+  /** Whether each tenant has a database of its own: then its keys are its own. */
+  multitenant(): boolean
+}
+
+/**
+ * What a key is in use under while its request runs: the receipt in the database that records it. A tenant of a
+ * multitenant app has its receipts in its own database; a single tenant app has one, whatever tenant a user names.
+ */
+function inUseName(receipt: ReceiptRef, req: cds.Request, options: IdempotentOperations): string {
+  const database = options.multitenant() ? (req.tenant ?? '') : ''
+  return JSON.stringify([database, receipt.scope, receipt.ID])
 }
 
 async function answer(req: cds.Request, next: () => Promise<unknown>, marked: Marked, options: IdempotentOperations): Promise<unknown> {
@@ -161,7 +173,7 @@ async function answer(req: cds.Request, next: () => Promise<unknown>, marked: Ma
   if (key === undefined) return next()
   if (key === null) return req.reject(400, `Invalid header Idempotency-Key: expected a string of 1 to 255 characters, e.g. "${cds.utils.uuid()}"`)
   const receipt = { scope: scopeOf('action', marked.name, options.appid), ID: key }
-  const inProcess = `${receipt.scope}\n${key}`
+  const inProcess = inUseName(receipt, req, options)
   const stillRunning = () => req.reject(409, `A request with Idempotency-Key "${key}" is still being processed; retry it later to get its response`)
   if (running.has(inProcess)) return stillRunning()
   running.add(inProcess)

@@ -16,11 +16,15 @@ export interface AttemptResult {
 /** What an attempt needs before its handler runs: the decoded message, or the outcome that makes running it moot. */
 export type Prepared = { message: DecodedMessage; outcome?: undefined } | { outcome: Outcome; message?: DecodedMessage }
 
-/** Decodes a claimed row and settles the rows that must not run: corrupt, out of attempts, or not yet due. */
+/**
+ * Decodes a claimed row and settles the rows that must not run: corrupt, out of attempts, or not yet due. A row's
+ * sequence number (given by its claim) is the message's `req.queue.sequence`; a row without one keeps what its `msg`
+ * says (written before numbers were given at the claim).
+ */
 export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
   let message: DecodedMessage
   try {
-    message = decode(row.msg, row.serviceOfOldRow ?? row.target)
+    message = withSequence(decode(row.msg, row.serviceOfOldRow ?? row.target), row.sequence)
   } catch (e) {
     return { outcome: { kind: 'dead', error: e, attempts: Math.max(row.attempts, queue.maxAttempts) } }
   }
@@ -31,6 +35,12 @@ export function prepare(row: MessageRow, queue: QueueSettings): Prepared {
   // Rows written by CAP's built-in queue with a delay become claimable at once: wait for their time.
   if (row.timestamp > clock.now()) return { outcome: { kind: 'deferred', dueAt: new Date(row.timestamp) }, message }
   return { message }
+}
+
+function withSequence(message: DecodedMessage, sequence: number | null | undefined): DecodedMessage {
+  if (!sequence) return message
+  const { request } = message
+  return { ...message, request: { ...request, queue: { ...request.queue, sequence } } }
 }
 
 /**

@@ -37,6 +37,11 @@ export interface Dialect {
    */
   keyLock?(column: string): string
   /**
+   * A transaction lock on the name `name` (an expression) within the current schema, without waiting: true if taken
+   * (see `QueueStore.tryLock`). Undefined where the database has no such locks (SQLite, whose single writer serialises).
+   */
+  nameLock?(name: string): string
+  /**
    * Runs one statement on a driver connection of CAP's database service (`tx.dbc`): the rows it reads, or the
    * number of rows it changed. `reads` says which of the two the caller wants.
    */

@@ -9,6 +9,7 @@ import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions, type TaskRow } from './rules'
 import { insertDeadLetter } from './portable-queries'
+import { numberClaimed, type Numbering } from './sequences'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
@@ -25,7 +26,7 @@ const RECONCILE_BATCH = 1000
  * the current transaction (`cds.db` joins `cds.context`), so an enqueue is part of the caller's transaction and a
  * completion is part of the handler's.
  */
-export class NativeStore implements BatchingStore {
+export class NativeStore implements BatchingStore, Numbering {
   private readonly dialect: Dialect
   /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
   private readonly own: Fragment
@@ -177,7 +178,7 @@ export class NativeStore implements BatchingStore {
     if (claimed === 0) return []
     const rows = await this.rows<RawRow>(statements.claimedRows(this.dialect, owner, claimedAt))
     const handedBack = this.dialect.keyLock ? await this.keysTakenMeanwhile(rows, owner, now) : new Set<string>()
-    return rows.filter(r => !handedBack.has(r.ID)).map(r => this.messageRow(r))
+    return numberClaimed(this, rows.filter(r => !handedBack.has(r.ID)).map(r => this.messageRow(r)))
   }
 
   /** A claimed row for the runner; an old row without `appid` is for the service its target names (CAP 10's rule). */
@@ -425,10 +426,14 @@ export class NativeStore implements BatchingStore {
     await this.rows(statements.ping())
   }
 
-  /** See `QueueStore.nextSequence`: an upsert that reads back the number it wrote. */
+  /** See `Numbering.nextSequence`: an upsert that reads back the number it wrote. */
   async nextSequence(orderingKey: string): Promise<number> {
     const [row] = await this.rows<{ issued: unknown }>(statements.nextSequence(this.appid ?? null, orderingKey))
     return Number(row.issued)
+  }
+
+  async assignSequence(ID: string, sequence: number): Promise<void> {
+    await this.changes(statements.assignSequence(ID, sequence))
   }
 
   /** See `QueueStore.receive`: an upsert that reads back how often the receipt was redelivered. */
@@ -437,9 +442,14 @@ export class NativeStore implements BatchingStore {
     return Number(row.duplicates) === 0
   }
 
+  /** See `QueueStore.countRedelivery`: an UPDATE by the key, which finds nothing for a receipt never recorded. */
+  async countRedelivery(receipt: ReceiptRef): Promise<boolean> {
+    return (await this.changes(statements.countRedelivery(receipt))) > 0
+  }
+
   /** See `QueueStore.tryLock`: on PostgreSQL an advisory lock, in the space of the ordering keys' locks (a hash collision only makes one of them wait a moment). */
   async tryLock(name: string): Promise<boolean> {
-    const lock = this.dialect.keyLock?.('?')
+    const lock = this.dialect.nameLock?.('?')
     if (!lock) return true
     const [row] = await this.rows<{ locked: unknown }>({ sql: `SELECT ${lock} AS "locked"`, params: [name] })
     return row.locked === true

@@ -1,5 +1,6 @@
 import type { Claim, DeadOnArrival, NewMessage, ReceiptRef } from '../interfaces'
 import { deadLetterRow, iso, newRow } from './rows'
+import { UNNUMBERED } from './sequences'
 import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
@@ -38,7 +39,7 @@ interface Lockable {
 const skippingLocked = <T>(query: T): T => (query as unknown as Lockable).forUpdate({ ignoreLocked: true }) as unknown as T
 
 /** The columns a claim reads: everything a MessageRow needs, and what the claim decides by. */
-export const CLAIM_COLUMNS = ['ID', 'timestamp', 'target', 'msg', 'attempts', 'lastError', 'task', 'appid', 'claimedAt', 'claimedBy', 'status', 'orderingKey', 'interrupted']
+export const CLAIM_COLUMNS = ['ID', 'timestamp', 'target', 'msg', 'attempts', 'lastError', 'task', 'appid', 'claimedAt', 'claimedBy', 'status', 'orderingKey', 'interrupted', 'sequence']
 
 /** A row as `claimedRows` reads it. */
 export interface ClaimRow {
@@ -55,6 +56,7 @@ export interface ClaimRow {
   status: string | null
   orderingKey: string | null
   interrupted: number | null
+  sequence: unknown
 }
 
 /** A row as `candidates` reads it: what the claim decides by, and instead of the message its length. */
@@ -352,6 +354,11 @@ export function insertSequence(appid: string | null, orderingKey: string): Query
 /** The number a key's counter holds. */
 export function currentSequence(appid: string | null, orderingKey: string): Query {
   return SELECT.one.from(SEQUENCES).columns('issued').where(sequenceOf(appid, orderingKey))
+}
+
+/** The number `sequence` kept with the message `ID`, if no claim numbered it before. */
+export function assignSequence(ID: string, sequence: number): Query {
+  return UPDATE(ENTITY).set({ sequence }).where({ ID, sequence: UNNUMBERED })
 }
 
 /** What receivers record (db/consumer.cds). */

@@ -10,6 +10,7 @@ import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, servic
 import * as q from './portable-queries'
 import type { Candidate, ClaimRow, Cqn } from './portable-queries'
 import type { HeldBack, QueueStore } from './queue-store'
+import { numberClaimed, type Numbering } from './sequences'
 import type { Described } from './statements'
 import { clock } from '../time/clock'
 
@@ -39,7 +40,7 @@ const KEYED_ROWS_LOCKED = 1000
 /** Keyed messages enqueued in one millisecond get distinct milliseconds (see `ordered`). */
 const keyClock = new KeyClock()
 
-export class PortableStore implements QueueStore {
+export class PortableStore implements QueueStore, Numbering {
   private readonly own: Cqn
   private readonly old: Cqn | undefined
   private oldRowsLeft = true
@@ -89,7 +90,7 @@ export class PortableStore implements QueueStore {
       if (old.rows.length === 0) this.oldRowsLeft = false
       rows = rows.concat(old.rows)
     }
-    return rows.sort((a, b) => a.timestamp - b.timestamp)
+    return numberClaimed(this, rows.sort((a, b) => a.timestamp - b.timestamp))
   }
 
   /**
@@ -317,7 +318,7 @@ export class PortableStore implements QueueStore {
     await q.ping()
   }
 
-  /** See `QueueStore.nextSequence`: the key's counter incremented, or created (see `incrementOrInsert`), then read. */
+  /** See `Numbering.nextSequence`: the key's counter incremented, or created (see `incrementOrInsert`), then read. */
   async nextSequence(orderingKey: string): Promise<number> {
     const appid = this.appid ?? null
     await incrementOrInsert(() => q.incrementSequence(appid, orderingKey), () => q.insertSequence(appid, orderingKey))
@@ -325,9 +326,17 @@ export class PortableStore implements QueueStore {
     return Number(row.issued)
   }
 
+  async assignSequence(ID: string, sequence: number): Promise<void> {
+    await q.assignSequence(ID, sequence)
+  }
+
   /** See `QueueStore.receive`: a redelivery counted, or the receipt inserted (see `incrementOrInsert`). */
   async receive(receipt: ReceiptRef, now: number): Promise<boolean> {
     return !(await incrementOrInsert(() => q.countRedelivery(receipt), () => q.insertReceived(receipt, now)))
+  }
+
+  async countRedelivery(receipt: ReceiptRef): Promise<boolean> {
+    return Number(await q.countRedelivery(receipt)) > 0
   }
 
   /** See `QueueStore.tryLock`: CQL has no such locks. */

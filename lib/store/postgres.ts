@@ -34,6 +34,9 @@ export const postgres: Dialect = {
   // The two-int form keeps these locks apart from an application's own single-bigint advisory locks. A hash
   // collision only makes a claim skip a key for a moment. Held until the claim commits, never while handlers run.
   keyLock: column => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(${column}))`,
+  // An advisory lock is the database's, whatever the schema: a name is locked within the current schema, where what it
+  // guards is (apps, or tenants, in schemas of one database), so another schema's same name does not wait for it.
+  nameLock: name => `pg_try_advisory_xact_lock(${KEY_LOCK_SPACE}, hashtext(current_schema() || '.' || ${name}))`,
   // Unquoted identifiers are folded to lower case when created.
   indexesOf: table =>
     `SELECT indexname AS "name" FROM pg_indexes WHERE schemaname = current_schema() AND tablename = '${table.toLowerCase()}'`,

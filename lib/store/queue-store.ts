@@ -30,7 +30,8 @@ export interface QueueStore {
   unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number>
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, in due order while their stored messages add up to
-   * at most `maxBytes` (the first one whatever its size): see NativeStore.claim for the rules.
+   * at most `maxBytes` (the first one whatever its size): see NativeStore.claim for the rules. A keyed message the
+   * claim takes first gets its sequence number, in the claim's transaction (lib/store/sequences.ts).
    */
   claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[], maxBytes?: number): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */
@@ -88,20 +89,17 @@ export interface QueueStore {
   /** A statement that needs the database and the queue table and reads no row: fails if either is not there. */
   ping(): Promise<void>
   /**
-   * The next sequence number of ordering key `orderingKey` (1 for its first message), in the current transaction:
-   * the key's counter stays locked until that transaction ends, so numbers follow the commit order and a rollback
-   * uses none (see db/consumer.cds).
-   */
-  nextSequence(orderingKey: string): Promise<number>
-  /**
    * Records the receipt of an inbound message in the current transaction (see lib/receipts/inbox.ts); false when it
    * was recorded before: the message is a redelivery, now counted. A transaction recording the same receipt at the
    * same moment is waited for.
    */
   receive(receipt: ReceiptRef, now: number): Promise<boolean>
+  /** Counts a redelivery on `receipt` in the current transaction, if it was recorded; whether it was. */
+  countRedelivery(receipt: ReceiptRef): Promise<boolean>
   /**
-   * A lock on `name` for the current transaction, without waiting: false if another transaction holds it. True where
-   * the database has no such locks (SQLite, whose single writer serialises anyway; the portable store).
+   * A lock on `name` for the current transaction, in the current schema, without waiting: false if another
+   * transaction holds it. True where the database has no such locks (SQLite, whose single writer serialises anyway;
+   * the portable store).
    */
   tryLock(name: string): Promise<boolean>
   /** Creates the indexes the claim needs where the store can (idempotent). */

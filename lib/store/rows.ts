@@ -1,4 +1,5 @@
 import type { Claim, DeadOnArrival, MessageRow, NewMessage, RowState } from '../interfaces'
+import { initialSequence } from './sequences'
 
 /** Decoding rows as the drivers return them. */
 
@@ -14,16 +15,19 @@ export function iso(date: Date | number): string {
 }
 
 /** A claimed row as the claim's read-back returns it. */
-export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt' | 'interrupted'> {
+export interface RawRow extends Omit<MessageRow, 'timestamp' | 'claimedAt' | 'interrupted' | 'sequence'> {
   timestamp: unknown
   claimedAt: unknown
   interrupted: unknown
   orderingKey: string | null
+  /** An Integer64: a string from pg. */
+  sequence: unknown
   keyLocked?: unknown
 }
 
 export function messageRow({ keyLocked: _l, ...r }: RawRow): MessageRow {
-  return { ...r, attempts: Number(r.attempts ?? 0), interrupted: Number(r.interrupted ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt) }
+  const sequence = r.sequence === null || r.sequence === undefined ? null : Number(r.sequence)
+  return { ...r, attempts: Number(r.attempts ?? 0), interrupted: Number(r.interrupted ?? 0), timestamp: millis(r.timestamp), claimedAt: millis(r.claimedAt), sequence }
 }
 
 /**
@@ -32,7 +36,10 @@ export function messageRow({ keyLocked: _l, ...r }: RawRow): MessageRow {
  */
 export function newRow(message: NewMessage, appid: string | null, claim?: Claim, leaseUntil?: number): Record<string, unknown> {
   const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
-  const row: Record<string, unknown> = { ID, timestamp, target, msg, task: task ?? null, appid, dueAt: iso(dueAt), orderingKey: orderingKey ?? null, service: service ?? null, event: event ?? null }
+  const row: Record<string, unknown> = {
+    ID, timestamp, target, msg, task: task ?? null, appid, dueAt: iso(dueAt), orderingKey: orderingKey ?? null,
+    service: service ?? null, event: event ?? null, sequence: initialSequence(orderingKey)
+  }
   if (!claim) return row
   return { ...row, status: 'processing', claimedBy: claim.claimedBy, claimedAt: iso(claim.claimedAt), lastAttemptTimestamp: iso(claim.claimedAt), dueAt: iso(leaseUntil ?? claim.claimedAt) }
 }

@@ -1,6 +1,7 @@
 import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
+import { initialSequence, UNNUMBERED } from './sequences'
 import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /** What the statements that change rows a subquery chose need of the dialect. */
@@ -16,7 +17,7 @@ function claimedColumns(dialect: Dialect): string {
   const keyLock = dialect.keyLock ? `, ${dialect.keyLock('orderingKey')} AS "keyLocked"` : ''
   return 'ID as "ID", ' + dialect.isoText('timestamp') + ' as "timestamp", target as "target", msg as "msg", ' +
     'attempts as "attempts", lastError as "lastError", task as "task", appid as "appid", ' +
-    dialect.isoText('claimedAt') + ' as "claimedAt", orderingKey AS "orderingKey", interrupted AS "interrupted"' + keyLock
+    dialect.isoText('claimedAt') + ' as "claimedAt", orderingKey AS "orderingKey", interrupted AS "interrupted", sequence AS "sequence"' + keyLock
 }
 
 /**
@@ -73,12 +74,12 @@ function keyIsFree(ownE: Fragment, now: string): Fragment {
   }
 }
 
-const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey, service, event'
-const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?'
+const INSERT_COLUMNS = 'ID, timestamp, target, msg, attempts, task, appid, dueAt, orderingKey, service, event, sequence'
+const INSERT_VALUES = '?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?'
 
 function insertParams(message: NewMessage, appid: string | null): unknown[] {
   const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
-  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null, service ?? null, event ?? null]
+  return [ID, timestamp, target, msg, task ?? null, appid, iso(dueAt), orderingKey ?? null, service ?? null, event ?? null, initialSequence(orderingKey)]
 }
 
 export function insert(message: NewMessage, appid: string | null): Fragment {
@@ -92,8 +93,8 @@ export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKe
   const earlier = `EXISTS (SELECT 1 FROM (${first.sql}) first WHERE first.timestamp < ? OR (first.timestamp = ? AND first.ID < ?))`
   const due = `CASE WHEN ${earlier} THEN ${dialect.timestamp(PARKED)} ELSE ${dialect.timestamp('?')} END`
   return {
-    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, ?, ${due}, ?, ?, ?)`,
-    params: [ID, timestamp, target, msg, task ?? null, appid, orderingKey, ...first.params, timestamp, timestamp, ID, iso(dueAt), orderingKey, service ?? null, event ?? null]
+    sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, ?, ${due}, ?, ?, ?, ?)`,
+    params: [ID, timestamp, target, msg, task ?? null, appid, orderingKey, ...first.params, timestamp, timestamp, ID, iso(dueAt), orderingKey, service ?? null, event ?? null, initialSequence(orderingKey)]
   }
 }
 
@@ -440,6 +441,11 @@ export function nextSequence(appid: string | null, orderingKey: string): Fragmen
   }
 }
 
+/** The number `sequence` kept with the message `ID`, if no claim numbered it before. */
+export function assignSequence(ID: string, sequence: number): Fragment {
+  return { sql: `UPDATE ${TABLE} SET sequence = ? WHERE ID = ? AND sequence = ${UNNUMBERED}`, params: [sequence, ID] }
+}
+
 /** What receivers record (db/consumer.cds). */
 const RECEIPTS = 'cds_outbox_Receipts'
 
@@ -453,6 +459,11 @@ export function receive({ scope, ID }: ReceiptRef, now: number): Fragment {
       ON CONFLICT (scope, ID) DO UPDATE SET duplicates = ${RECEIPTS}.duplicates + 1 RETURNING duplicates AS "duplicates"`,
     params: [scope, ID, iso(now)]
   }
+}
+
+/** A redelivery counted on the receipt `scope`, `ID` if there is one (see `QueueStore.countRedelivery`). */
+export function countRedelivery({ scope, ID }: ReceiptRef): Fragment {
+  return { sql: `UPDATE ${RECEIPTS} SET duplicates = duplicates + 1 WHERE scope = ? AND ID = ?`, params: [scope, ID] }
 }
 
 /** A statement that reaches the database and the table and reads nothing: is the database there? */

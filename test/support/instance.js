@@ -48,13 +48,14 @@ cds.on('served', async () => {
     const res = await fetch(process.env.REMOTE_URL, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
     if (!res.ok) throw new Error(`the remote system answered ${res.status}`)
   })
-  // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which sequence number of which key,
-  // from when to when (epoch ms with microseconds, comparable across processes on one machine).
+  // Ordered messages: a random delay up to ORDERED_MS, then which instance ran which message (its `seq`, and the
+  // number its key's sequence gave it) of which key, from when to when (epoch ms with microseconds, comparable across
+  // processes on one machine).
   srv.on('ordered', async req => {
     const start = performance.timeOrigin + performance.now()
     await pause(Math.random() * Number(process.env.ORDERED_MS ?? 0), req.queue.signal)
     const end = performance.timeOrigin + performance.now()
-    const note = JSON.stringify({ seq: req.data.seq, instance: process.env.INSTANCE, start, end })
+    const note = JSON.stringify({ seq: req.data.seq, number: req.queue.sequence, instance: process.env.INSTANCE, start, end })
     await insertRecord('ordered', req.data.key, note)
   })
 })
