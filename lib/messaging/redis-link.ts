@@ -15,8 +15,11 @@ import { BrokerUnavailable, type BrokerAvailability } from './availability'
  * is at least once, and the consumer's inbox drops the second copy by its ID.
  */
 
-/** Longest pause between reconnection attempts. */
-const MAX_RECONNECT_DELAY = 10_000
+/**
+ * Longest pause between reconnection attempts: a broker that is back is found within a second, and the relay's events
+ * that waited for it go on (SPEC §12); an attempt while Redis is down costs a refused connection.
+ */
+const MAX_RECONNECT_DELAY = 1000
 
 /** What the link uses of a node-redis client (v4 to v6 alike): raw commands only (replies read in lib/messaging/stream-entries.ts). */
 interface Client {

@@ -28,15 +28,15 @@ const PROBE_INTERVAL = 1000
 /** A messaging service's default circuit breaker, for relay failures that do not say whether the broker is away. */
 const BREAKER = { failures: 5, probeInterval: 30_000 }
 /** How often the count of a wait's events is read again while it lasts (for health and metrics). */
-const COUNT_INTERVAL = 10_000
+const COUNT_INTERVAL = 30_000
 
 /** What the waits need of the runner. */
 export interface BrokerWaitsHost {
   /** Claims again soon, in every tenant: a broker is back, or a probe is due. */
   wake(): void
-  /** How many messages of `service` are pending, in every tenant this process serves. */
+  /** How many messages of `service` wait (no dead letters, claimed ones too), in every tenant this process serves. */
   pending(service: string): Promise<number>
-  /** The broker of `service` is back: its rows' waiting marks are cleared; resolves with how many are pending. */
+  /** The broker of `service` is back: its rows' waiting marks are cleared; resolves with how many messages wait. */
   ended(service: string): Promise<number>
 }
 

@@ -79,11 +79,11 @@ export class Runner {
     })
   }
 
-  /** The pending messages of `service` in every tenant this process serves. */
+  /** The messages of `service` (no dead letters) in every tenant this process serves: while it waits, its events. */
   private async pendingOf(service: string): Promise<number> {
     let pending = 0
     const limits = this.queues.attemptLimits()
-    for (const tenant of this.tenants.all) pending += await this.inTenant(tenant, () => this.store.pendingOf(service, limits))
+    for (const tenant of this.tenants.all) pending += await this.inTenant(tenant, () => this.store.aliveOf(service, limits))
     return pending
   }
 

@@ -274,8 +274,8 @@ export class NativeStore implements BatchingStore {
     await this.changes(statements.clearWaitingMarks(this.own, service))
   }
 
-  async pendingOf(service: string, limits: AttemptLimits): Promise<number> {
-    const [row] = await this.rows<{ count: unknown }>(statements.pendingOf(this.own, service, limits))
+  async aliveOf(service: string, limits: AttemptLimits): Promise<number> {
+    const [row] = await this.rows<{ count: unknown }>(statements.aliveOf(this.own, service, limits))
     return Number(row?.count ?? 0)
   }
 

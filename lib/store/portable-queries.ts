@@ -318,9 +318,9 @@ export const unclaim = (now: number) => ({ ...UNCLAIMED.cqn, dueAt: iso(now) })
 /** A foreign claim is left alone for `timeout`, or due at once when its last attempt is older than that (CAP's own rule). */
 export const observe = (now: number, dueAt: number) => ({ claimedBy: FOREIGN_CLAIM, claimedAt: iso(now), dueAt: iso(dueAt) })
 
-/** The pending messages of `service` that are no dead letters. */
-export function pendingOf(own: Cqn, service: string, limits: AttemptLimits): Query {
-  return SELECT.one.from(ENTITY).columns('count(1) as count').where(all(own, compare('service', '=', service), isNull('status'), deadLettersCqn(limits, false)))
+/** The messages of `service` that are no dead letters. */
+export function aliveOf(own: Cqn, service: string, limits: AttemptLimits): Query {
+  return SELECT.one.from(ENTITY).columns('count(1) as count').where(all(own, compare('service', '=', service), deadLettersCqn(limits, false)))
 }
 
 /** Messages of this app per queue and `status` that are no dead letters: pending (status null) and processing. */

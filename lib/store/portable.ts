@@ -196,8 +196,8 @@ export class PortableStore implements QueueStore {
     await q.clearWaitingMarks(this.own, service)
   }
 
-  async pendingOf(service: string, limits: AttemptLimits): Promise<number> {
-    const row = (await q.pendingOf(this.own, service, limits)) as { count: unknown } | undefined
+  async aliveOf(service: string, limits: AttemptLimits): Promise<number> {
+    const row = (await q.aliveOf(this.own, service, limits)) as { count: unknown } | undefined
     return Number(row?.count ?? 0)
   }
 

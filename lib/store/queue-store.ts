@@ -59,8 +59,8 @@ export interface QueueStore {
   waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Promise<boolean>
   /** The broker of `service` is back: its rows' waiting marks are cleared. */
   clearWaitingMarks(service: string): Promise<void>
-  /** How many of this app's messages of `service` are pending (no dead letters, none being processed). */
-  pendingOf(service: string, limits: AttemptLimits): Promise<number>
+  /** How many of this app's messages of `service` are no dead letters (pending, or claimed). */
+  aliveOf(service: string, limits: AttemptLimits): Promise<number>
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
   interrupt(claims: Claim[]): Promise<void>
   /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */

@@ -305,11 +305,11 @@ export function clearWaitingMarks(own: Fragment, service: string): Fragment {
   }
 }
 
-/** The pending messages of `service` that are no dead letters. */
-export function pendingOf(own: Fragment, service: string, limits: AttemptLimits): Fragment {
+/** The messages of `service` that are no dead letters. */
+export function aliveOf(own: Fragment, service: string, limits: AttemptLimits): Fragment {
   const alive = deadLettersSql(limits, false)
   return {
-    sql: `SELECT COUNT(*) AS "count" FROM ${TABLE} WHERE ${own.sql} AND service = ? AND status IS NULL AND ${alive.sql}`,
+    sql: `SELECT COUNT(*) AS "count" FROM ${TABLE} WHERE ${own.sql} AND service = ? AND ${alive.sql}`,
     params: [...own.params, service, ...alive.params]
   }
 }
