@@ -118,7 +118,7 @@ export class RedisLink implements BrokerAvailability {
    */
   async send<T>(args: (string | number)[], blocks = 0): Promise<T> {
     if (this.silentSince !== undefined) throw new BrokerUnavailable(`${this.what}: Redis has not answered since ${new Date(this.silentSince).toISOString()}`)
-    if (this.failFast) this.assertReady()
+    if (this.failFast && !this.client.isReady) throw new BrokerUnavailable(`${this.what}: not connected to Redis (reconnecting)`)
     const reply = this.client.sendCommand(args.map(String)) as Promise<T>
     let timer: NodeJS.Timeout | undefined
     const silence = new Promise<never>((_, reject) => {
@@ -146,11 +146,6 @@ export class RedisLink implements BrokerAvailability {
       const { replies, errorIndexes } = e as { replies?: unknown[]; errorIndexes?: number[] }
       throw replies && errorIndexes?.length ? replies[errorIndexes[0]] : e
     }
-  }
-
-  /** Throws BrokerUnavailable while disconnected. */
-  assertReady(): void {
-    if (!this.client.isReady) throw new BrokerUnavailable(`${this.what}: not connected to Redis (reconnecting)`)
   }
 
   /** A failed command's error: BrokerUnavailable unless Redis itself refused the command. */
