@@ -14,6 +14,7 @@ import { OPERATOR_ENTRY, persists } from './lib/settings'
 import { failingStart } from './lib/start-failure'
 import { warnAboutEntriesWithoutService, warnAboutMisplacedReceivers } from './lib/unused-settings'
 import { observeQueues } from './lib/telemetry/metrics'
+import { brokerWaits } from './lib/runner/broker-waits'
 import { LOG } from './lib/log'
 
 // Wiring only: what the plugin does lives in lib/.
@@ -49,7 +50,7 @@ else {
   onStarted(() => {
     plugin.runner.start().catch(e => LOG.error('the event queue runner could not start:', e))
     if (plugin.settings.persistent) plugin.retention.start()
-    observeQueues(queueObservations(plugin))
+    observeQueues(queueObservations(plugin), () => brokerWaits.current)
   })
   cds.on('shutdown', () => {
     observeQueues(undefined)

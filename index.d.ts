@@ -181,6 +181,13 @@ export interface QueueHealth {
      * queue, and the limit; `paused`: the paused queues, whose lag is expected and not checked.
      */
     lag?: { status: HealthStatus; relayLag: number | null; maxLag: number; queue: string | null; sampledAt: string | null; paused: string[]; error?: string }
+    /**
+     * While this process's relay waits for a messaging service's broker: which, since when (ISO), how many events
+     * (the last count; null before the first), and whether its circuit breaker began the wait (`suspected`: failures
+     * that did not say the broker was away). Always UP: the app and its queue work, the events wait in the table —
+     * an app taken out of service for its broker helps nobody. `maxLag` is what alerts on a wait that lasts.
+     */
+    broker?: { status: 'UP'; waiting: { service: string; since: string; events: number | null; suspected: boolean }[] }
   }
 }
 

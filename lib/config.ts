@@ -390,7 +390,7 @@ export function inboxMessageId(conf: Raw, where: string): MessageIdSource[] | fa
 const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379'
 /** About 50 MB of 500-byte events per stream: room for a consumer outage of hours at hundreds of events a second. */
 const DEFAULT_STREAM_LENGTH = 100_000
-const REDIS_STREAMS_KEYS = ['group', 'consumer', 'maxLength', 'maxAge', 'claimAfter']
+const REDIS_STREAMS_KEYS = ['group', 'consumer', 'maxLength', 'maxAge', 'claimAfter', 'commandTimeout']
 
 /** The broker's own options of a messaging service's configuration, by canonical name (any case, as env variables give them). */
 function ownOptions(raw: Raw, keys: string[]): Raw {
@@ -443,6 +443,7 @@ export function compileRedisStreams(raw: Raw, where: string, defaults: { group: 
     group: name(own, 'group', where, defaults.group),
     consumer: name(own, 'consumer', where, defaults.consumer),
     trim: streamTrim(own, where),
-    claimAfter: duration(own, 'claimAfter', where, '1m', 100)
+    claimAfter: duration(own, 'claimAfter', where, '1m', 100),
+    commandTimeout: duration(own, 'commandTimeout', where, '5s', 100)
   }
 }

@@ -2,6 +2,7 @@ import type { HealthOptions, HealthStatus, QueueHealth } from '../index'
 import { metaTenant } from './cap/mtxs'
 import { invalid, QueueError } from './errors'
 import type { InTenant } from './retention'
+import { brokerWaits } from './runner/broker-waits'
 import type { Runner } from './runner/runner'
 import type { Settings } from './settings'
 import type { QueueStatistics } from './statistics'
@@ -82,6 +83,8 @@ export class Health {
     ])
     const checks: Checks = { runner: { status: status(this.runner.running) }, database, claims: this.claims() }
     if (lag) checks.lag = lag
+    const waiting = brokerWaits.current
+    if (waiting.length) checks.broker = { status: 'UP', waiting: waiting.map(w => ({ service: w.service, since: iso(w.since), events: w.events ?? null, suspected: w.suspected })) }
     const overall = status(Object.values(checks).every(c => c?.status === 'UP'))
     this.logChange(overall, checks, errors)
     return { status: overall, checks }

@@ -296,6 +296,11 @@ export type Outcome =
    * over once its lease expires, and that takeover counts the attempt.
    */
   | { kind: 'abandoned' }
+  /**
+   * Its messaging service's broker was unavailable (lib/runner/broker-waits.ts): back to the queue, due at `dueAt`,
+   * without an attempt charged; `since`: when this process began to wait for that broker.
+   */
+  | { kind: 'waiting'; service: string; error: unknown; since: number; dueAt: Date }
 
 /** The compiled options of a messaging service of kind `redis-streams` (lib/messaging). Durations in ms. */
 export interface RedisStreamsSettings {
@@ -311,4 +316,6 @@ export interface RedisStreamsSettings {
   trim: { maxLength: number } | { maxAge: number }
   /** Entries another consumer received and has not acknowledged for this long are claimed (XAUTOCLAIM). */
   claimAfter: number
+  /** How long a command may go unanswered (beyond its own blocking time) before Redis counts as unavailable. */
+  commandTimeout: number
 }

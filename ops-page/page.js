@@ -23,13 +23,15 @@ const PALETTE = ['#0a6ed1', '#e9730c', '#107e3e', '#925ace', '#bb0000', '#0f828f
 /**
  * @typedef {{ queue: string, service: string | null, event: string | null, pending: number, processing: number,
  *   dead: number, oldestPendingSince: string | null, relayLag: number, paused: boolean, pausedBy: string | null,
- *   pausedAt: string | null, breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null }} Statistics
+ *   pausedAt: string | null, breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null,
+ *   brokerWaitingSince: string | null }} Statistics
  * @typedef {{ at: string, queue: string, pending: number, processing: number, dead: number, relayLag: number }} LagSample
  * @typedef {{ ID: string, target: string, service: string | null, event: string | null, attempts: number,
  *   timestamp: string, lastAttemptTimestamp: string | null, lastError: string | null }} DeadLetter
  * @typedef {{ queue: string, pending: number, processing: number, dead: number, relayLag: number,
  *   oldestPendingSince: string | null, paused: boolean, pausedBy: string | null, pausedAt: string | null,
- *   breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null }} QueueRow
+ *   breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null, waiting: BrokerWait[] }} QueueRow
+ * @typedef {{ service: string, since: string, events: number }} BrokerWait
  */
 
 /** @param {string} id */
@@ -144,7 +146,8 @@ function perQueue(rows) {
   for (const r of rows) {
     // the controls are the queue's: the same on each of its rows
     const { paused, pausedBy, pausedAt, breaker, breakerUntil } = r
-    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null, paused, pausedBy, pausedAt, breaker, breakerUntil }
+    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null, paused, pausedBy, pausedAt, breaker, breakerUntil, waiting: [] }
+    if (r.brokerWaitingSince && r.service) waitsFor(q, r.service, r.brokerWaitingSince, r.pending)
     q.pending += r.pending
     q.processing += r.processing
     q.dead += r.dead
@@ -155,6 +158,17 @@ function perQueue(rows) {
     queues.set(r.queue, q)
   }
   return [...queues.values()].sort((a, b) => a.queue.localeCompare(b.queue))
+}
+
+/**
+ * Adds `events` of `service` waiting for their broker since `since` to the queue's waits (one per service).
+ * @param {QueueRow} q @param {string} service @param {string} since @param {number} events
+ */
+function waitsFor(q, service, since, events) {
+  const wait = q.waiting.find(w => w.service === service)
+  if (!wait) return void q.waiting.push({ service, since, events })
+  wait.events += events
+  if (since < wait.since) wait.since = since
 }
 
 /** @param {QueueRow[]} queues */
@@ -171,7 +185,7 @@ function renderQueues(queues) {
         : cell('relayLag', duration(q.relayLag), q.relayLag >= 60 ? 'number late' : 'number')
       lag.dataset.seconds = String(q.relayLag)
       const broken = q.breaker === 'open' || q.breaker === 'probing'
-      const state = cell('state', stateOf(q), q.paused ? 'paused' : broken ? 'held' : '')
+      const state = cell('state', stateOf(q), q.paused ? 'paused' : broken || q.waiting.length ? 'held' : '')
       state.dataset.paused = String(q.paused)
       state.dataset.breaker = q.breaker ?? ''
       // Resume for a queue its breaker holds back too: resuming closes the breaker
@@ -194,13 +208,15 @@ function renderQueues(queues) {
 
 /**
  * What holds a queue back: an operator's pause (who, since when), or its circuit breaker (open until its next probe,
- * or probing); nothing for a queue that runs freely.
+ * or probing), or the broker its messaging services' events wait for (since when, how many); nothing for a queue that
+ * runs freely.
  * @param {QueueRow} q
  */
 function stateOf(q) {
   if (q.paused) return `Paused by ${q.pausedBy ?? 'an operator'} since ${time(q.pausedAt)}`
   if (q.breaker === 'open') return `Circuit breaker open until ${time(q.breakerUntil)}`
   if (q.breaker === 'probing') return 'Circuit breaker probing'
+  if (q.waiting.length) return q.waiting.map(w => `${w.service}: waiting for the broker since ${time(w.since)}, ${w.events} events`).join('; ')
   return 'Running'
 }
 

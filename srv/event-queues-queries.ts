@@ -4,7 +4,7 @@ import type { QueueRegistry } from '../lib/queues'
 import type { QueueSettings, StoreChoice } from '../lib/interfaces'
 import { storeFor } from '../lib/store/choose'
 import type { QueueStore } from '../lib/store/queue-store'
-import { deadLettersCqn, DUE_SINCE, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED } from '../lib/store/rules'
+import { deadLettersCqn, DUE_SINCE, ENTITY, isDeadLetter, NOT_DUE, ownRowsCqn, PROCESSING, UNCLAIMED, WAITING_MARK, waitingSince } from '../lib/store/rules'
 import { clock } from '../lib/time/clock'
 import { pauseQueue, resumeQueue, withControls, type ControlFields } from '../lib/controls/operator'
 import { withDuplicates } from '../lib/receipts/statistics'
@@ -88,6 +88,11 @@ export interface QueueStatistics extends ControlFields {
   relayLag: number
   /** Redeliveries an inboxed service dropped (on its row with `event` null), over the receipts kept. */
   duplicates: number
+  /**
+   * Since when (ISO) its events wait for their messaging service's broker, uncharged, as the earliest waiting mark of
+   * the service's pending rows says (lib/runner/broker-waits.ts); null: they do not. Its `pending` are the events waiting.
+   */
+  brokerWaitingSince: string | null
 }
 
 /** What the dead letter and pending lists show alike of a row: its service and event, also from `msg` (see `described`). */
@@ -283,6 +288,14 @@ export class OperatorQueries {
     return this.queues.knows(queue) ? this.queues.forTarget(queue) : undefined
   }
 
+  /** Per service: since when its pending events wait for their broker (the earliest of their waiting marks, ISO). */
+  private async brokerWaits(): Promise<Map<string, string>> {
+    const rows = (await SELECT.from(MESSAGES).columns('service', 'min(lastError) as mark').where(this.own)
+      .and({ status: null, lastError: { like: `${WAITING_MARK}%` } }).groupBy('service')) as { service: string | null; mark: string | null }[]
+    const since = rows.map(r => [r.service, waitingSince(r.mark)] as const)
+    return new Map(since.filter((s): s is [string, string] => !!s[0] && !!s[1]))
+  }
+
   private async count(where: object, alive: boolean): Promise<Map<string, Counted>> {
     const query = SELECT.from(MESSAGES)
       .columns('target', 'service', 'event', 'count(1) as count', `min(${DUE_SINCE}) as oldest`)
@@ -305,6 +318,7 @@ export class OperatorQueries {
     const dead = await this.count({}, false)
     // Delayed messages carry their due time in `timestamp`: they are not late before it (`oldest`: see DUE_SINCE).
     const due = await this.count({ status: null, timestamp: { '<=': new Date(now).toISOString() } }, true)
+    const waiting = await this.brokerWaits()
     const groups = new Map([...pending, ...processing, ...dead].map(([key, r]) => [key, r]))
     const counted = [...groups.keys()].sort().map(key => {
       const { target, service, event } = groups.get(key)!
@@ -317,10 +331,11 @@ export class OperatorQueries {
         processing: Number(processing.get(key)?.count ?? 0),
         dead: Number(dead.get(key)?.count ?? 0),
         oldestPendingSince: since,
-        relayLag: since ? Math.max(0, Math.floor((now - Date.parse(since)) / 1000)) : 0
+        relayLag: since ? Math.max(0, Math.floor((now - Date.parse(since)) / 1000)) : 0,
+        brokerWaitingSince: (service && pending.has(key) && waiting.get(service)) || null
       }
     })
-    const none = { pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0 }
+    const none = { pending: 0, processing: 0, dead: 0, oldestPendingSince: null, relayLag: 0, brokerWaitingSince: null }
     // the inboxes' dropped redeliveries beside the queues' counts (lib/receipts)
     const rows = await withDuplicates(counted, this.queues, this.appid, none)
     const blank = (queue: string) => ({ queue, service: null, event: null, ...none, duplicates: 0 })

@@ -72,6 +72,8 @@ service EventQueuesService {
     pausedAt            : Timestamp;
     breaker             : String;
     breakerUntil        : Timestamp;
+    /** Since when its `pending` events wait for their messaging service's broker, uncharged (null: they do not). */
+    brokerWaitingSince  : Timestamp;
   }
 
   /** A queue's controls after `pause` or `resume`. */

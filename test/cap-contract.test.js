@@ -531,6 +531,53 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('broker connections (lib/cap/broker-connections.ts)', () => {
+    const { isBrokerUnavailable, availabilityOf } = require('../lib/messaging/availability')
+    const { markRelayed } = require('../lib/cap/messaging')
+    const source = file => require('fs').readFileSync(require.resolve(`@sap/cds/libx/_runtime/messaging/${file}`), 'utf8')
+
+    test("CAP's redis-messaging: a relay while Redis is away fails with an error that says so, and its client tells when Redis is back", async () => {
+      const redis = require('../scripts/redis-server')
+      const server = await redis.startServer({ password: 'secret' })
+      const adapter = cds.unqueued(await cds.connect.to('ContractRedisBack', { kind: 'redis-messaging', credentials: { uri: `redis://default:secret@127.0.0.1:${server.port}` } }))
+      try {
+        const availability = availabilityOf(adapter)
+        expect(availability.available).toBe(true)
+        let back = 0
+        availability.onAvailable(() => back++)
+        await redis.haltServer(server, 'SIGKILL')
+        await waitFor(() => !availability.available, { what: "the adapter's client to notice" })
+        const event = new cds.Event({ event: 'orders/created', data: {} })
+        markRelayed(event)
+        const error = await adapter.tx({}, tx => tx.dispatch(event)).then(() => undefined, e => e)
+        expect(error?.message).toBe('Redis connection not ready')
+        expect(isBrokerUnavailable(error)).toBe(true)
+        await redis.restartServer(server)
+        await waitFor(() => back > 0, { timeout: 30000, what: "the client's 'ready' after Redis is back" })
+        expect(availability.available).toBe(true)
+      } finally {
+        adapter.client.destroy()
+        await redis.stopServer(server)
+      }
+    })
+
+    // No AMQP broker or Event Mesh here: what the plugin reads is checked in CAP's source
+    test("CAP's AMQP adapter fails a relayed message with 'AMQP: Sender is not open' while its sender is not open, and 'Connection error' when it cannot connect", () => {
+      expect(source('common-utils/AMQPClient.js')).toContain("if (msg._fromOutbox && !this.sender.opened()) throw new Error('AMQP: Sender is not open')")
+      expect(source('common-utils/connections.js')).toContain("const e = new Error('Connection error')")
+      expect(isBrokerUnavailable(new Error('AMQP: Sender is not open'))).toBe(true)
+    })
+
+    test("CAP's Event Mesh over HTTP rejects a failed call with its statusCode: 502, 503 and 504 say the service is away, others are a refusal", () => {
+      expect(source('common-utils/authorizedRequest.js')).toContain('const result = { body, headers: res.headers, statusCode: res.statusCode }')
+      expect(source('http-utils/token.js')).toContain("const errorObj = new Error('Authorization failed')")
+      expect(isBrokerUnavailable({ body: '', headers: {}, statusCode: 503 })).toBe(true)
+      expect(isBrokerUnavailable(Object.assign(new Error('Authorization failed'), { response: { statusCode: 504 } }))).toBe(true)
+      expect(isBrokerUnavailable({ body: '', headers: {}, statusCode: 400 })).toBe(false)
+      expect(isBrokerUnavailable(new Error('the broker refused it'))).toBe(false)
+    })
+  })
+
   describe('connect options (lib/cap/connect-options.ts)', () => {
     test('cds.connect.to reads cds.requires[name] when it connects (a getter there runs then) and queues by its outboxed', async () => {
       const read = []

@@ -22,11 +22,15 @@ export interface Session {
 
 const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'DEAD', 'LAG', 'OLDEST DUE SINCE', 'STATE']
 
-/** What holds a queue back, as the status table says it: an operator's pause, its circuit breaker. */
+/**
+ * What holds a queue back, as the status table says it: an operator's pause, its circuit breaker, the broker a
+ * messaging service's events wait for.
+ */
 function stateOf(r: QueueStatistics): string {
   if (r.paused) return `paused by ${r.pausedBy ?? 'an operator'}`
   if (r.breaker === 'open') return `breaker open until ${r.breakerUntil ?? '?'}`
-  return r.breaker === 'probing' ? 'breaker probing' : ''
+  if (r.breaker === 'probing') return 'breaker probing'
+  return r.brokerWaitingSince ? `waiting for the broker since ${r.brokerWaitingSince}, ${r.pending} events` : ''
 }
 
 /**

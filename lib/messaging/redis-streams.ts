@@ -7,6 +7,7 @@ import { MessagingService } from '../cap/messaging-service'
 import { compileRedisStreams, type Raw } from '../config'
 import type { RedisStreamsSettings } from '../interfaces'
 import { eventQueues } from '../plugin'
+import { registerAvailability } from './availability'
 import { RedisLink } from './redis-link'
 import { StreamConsumer } from './stream-consumer'
 import { TenantDrops } from './tenant-drops'
@@ -49,7 +50,9 @@ export default class RedisStreamsMessaging extends MessagingService {
       group: appName(),
       consumer: `${os.hostname()}:${process.pid}`
     })
-    this.publisher = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint})`, this.log, true)
+    this.publisher = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint})`, this.log, true, this.settings.commandTimeout)
+    // the relay waits while Redis is away, and goes on when the publishing connection is available again
+    registerAvailability(this, this.publisher)
     whenListening(() => this.listen())
     cds.on('shutdown', () => this.close())
     await this.publisher.open(CONNECT_WAIT)
@@ -58,8 +61,7 @@ export default class RedisStreamsMessaging extends MessagingService {
   override async handle(msg: object): Promise<unknown> {
     if ((msg as { inbound?: boolean }).inbound) return super.handle(msg)
     const message = outbound(this, msg)
-    // Fails at once while Redis is away: a queued emit is retried with the queue's backoff.
-    this.publisher.assertReady()
+    // Fails at once with BrokerUnavailable while Redis is away: the queue's relay waits for it without an attempt.
     const fields = entryFields(message, cds.context?.tenant ?? undefined)
     await this.publisher.send(['XADD', message.event, ...xaddArguments(this.settings.trim, fields)])
     return undefined
@@ -68,7 +70,7 @@ export default class RedisStreamsMessaging extends MessagingService {
   /** Starts consuming once the app serves: its subscriptions are registered by then. */
   private listen(): void {
     if (listensToAll(this)) this.log.warn(`${this.name}: a subscription to '*' is not supported by redis-streams (a stream per topic): subscribe to topics`)
-    const reader = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint}, consumer)`, this.log, false)
+    const reader = new RedisLink(this.settings.url, `${this.name} (Redis ${this.settings.endpoint}, consumer)`, this.log, false, this.settings.commandTimeout)
     const drops = new TenantDrops(this.name, this.log)
     const { tenants } = eventQueues().runner
     this.consumer = new StreamConsumer(reader, this.settings, {

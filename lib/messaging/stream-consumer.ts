@@ -64,7 +64,10 @@ export class StreamConsumer {
     private readonly settings: RedisStreamsSettings,
     private readonly host: ConsumerHost,
     private readonly limits: ConsumerLimits
-  ) {}
+  ) {
+    // a pass that failed while Redis was away goes on as soon as it is back, not after the rest of its backoff
+    link.onAvailable(() => this.wakeUp?.())
+  }
 
   start(): void {
     this.running ??= this.loop()
@@ -118,7 +121,7 @@ export class StreamConsumer {
     const reply = await this.link.send([
       'XREADGROUP', 'GROUP', group, consumer, 'COUNT', count, ...(history ? [] : ['BLOCK', BLOCK_MS]),
       'STREAMS', ...streams, ...streams.map(() => (history ? '0' : '>'))
-    ])
+    ], history ? 0 : BLOCK_MS)
     const entries = readReply(reply)
     if (history && entries.length === 0) this.ownPending = false
     await this.handleAll(entries, readAt)

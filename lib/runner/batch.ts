@@ -8,6 +8,7 @@ import type { BatchingStore, DatabaseTransaction } from '../store'
 import { prepare, type AttemptResult } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
+import { brokerWaits } from './broker-waits'
 import { throwIfTenantGone } from './lease'
 import { failed, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
 import { wireHeaders } from '../wire'
@@ -182,6 +183,8 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
 async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSettings, store: BatchingStore, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
   const { row, claim, message, signal } = entry
   const srv = (await serviceOf(message)) as Service & { tx(ctx: object): ServiceTx }
+  // a relay whose broker this process waits for does not start (unless it probes): it waits, uncharged
+  brokerWaits.admit(message)
   const ctx = contextWithTransaction(contextFor(message), db)
   const tx = srv.tx(ctx)
   try {

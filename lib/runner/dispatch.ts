@@ -5,6 +5,7 @@ import type { MessageRow } from '../interfaces'
 import { beforeBegin, transactionOfContext } from '../cap/transactions'
 import { processing } from '../telemetry/spans'
 import { wireHeaders } from '../wire'
+import { brokerWaits } from './broker-waits'
 import { throwIfTenantGone } from './lease'
 
 /**
@@ -78,6 +79,7 @@ export async function dispatchInTx(
   { atStart, claimed }: { atStart?: () => void; claimed?: MessageRow } = {}
 ): Promise<void> {
   const srv = await serviceOf(message)
+  if (runtime) brokerWaits.admit(message)
   await srv.tx(contextFor(message), async tx => {
     const db = runtime && transactionOfContext()
     if (db) beforeBegin(db, () => throwIfTenantGone(runtime.signal))

@@ -7,6 +7,7 @@ import type { AttemptResult } from './attempt'
 import type { Gates } from './gates'
 import { AttemptAborted, tenantGone, type Lease } from './lease'
 import type { Monitor } from './monitor'
+import { brokerWaits } from './broker-waits'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
 import type { Redelivery } from './redelivery'
 import { payloadBytes, Slots, type SlotCounts } from './slots'
@@ -128,7 +129,8 @@ export class Holdings {
   async settle(slot: Slot, held: Held, result: AttemptResult): Promise<void> {
     if (!this.closes(held)) return
     const { row, lease } = held
-    const outcome = interrupted(result.outcome, lease.signal)
+    // a relay whose broker is away waits, uncharged (broker-waits.ts)
+    const outcome = brokerWaits.judge(interrupted(result.outcome, lease.signal), result.message)
     this.tell(slot, held, outcome)
     try {
       await recordOutcome(lease.claim, outcome, result.message, slot.queue, this.host.store)

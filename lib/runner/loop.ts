@@ -5,6 +5,7 @@ import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueRegistry } from '../queues'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { readDatabaseClock } from '../store/database-time'
+import { brokerWaits } from './broker-waits'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 import type { Monitor } from './monitor'
@@ -234,7 +235,8 @@ export class Loop {
     // A claim reads back its rows by (owner, claimedAt): two claims in one millisecond would also get each other's.
     const now = (this.lastClaimAt = Math.max(clock.now(), this.lastClaimAt + 1))
     const { store, owner, claimLease } = this.host
-    return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets, bytes))
+    // the events of a service whose broker this process waits for stay in the table (but for a probe that is due)
+    return inOwnTransaction(() => store.claim(owner, now, now + claimLease, limit, skipTargets, bytes, brokerWaits.skipped(now)))
   }
 
   /** Reads the database's clock (lib/time/clock.ts), in the current tenant's database. */

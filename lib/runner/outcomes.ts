@@ -2,7 +2,8 @@ import cds from '@sap/cds'
 import { newMessage, timestampAt, CorruptMessage, type DecodedMessage } from '../codec'
 import { errorLine, isProgrammingError, isUnrecoverable, retryAfter, storedError } from '../failures'
 import type { Claim, MessageRow, Outcome, QueueSettings } from '../interfaces'
-import { isDeadLetter } from '../store/rules'
+import { isDeadLetter, waitingMark } from '../store/rules'
+import { maskSecrets } from '../secrets'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { backoffDelay } from '../time/backoff'
 import { nextRun } from '../time/recurrence'
@@ -123,6 +124,10 @@ export async function recordOutcome(
   await inOwnTransaction(async () => {
     if (outcome.kind === 'deferred') return void (await store.release([claim], outcome.dueAt, outcome.alone))
     if (outcome.kind === 'abandoned') return void (await store.interrupt([claim]))
+    if (outcome.kind === 'waiting') {
+      const reason = queue.storeLastError ? maskSecrets(errorLine(outcome.error)).slice(0, queue.maxErrorLength) : undefined
+      return void (await store.waitForBroker(claim, outcome.dueAt, waitingMark(outcome.since, reason).slice(0, queue.maxErrorLength), described))
+    }
     const lastError = queue.storeLastError ? storedError(outcome.error, queue.maxErrorLength, cds.root) : null
     // the wait counts from the recorded attempt time, so lastAttemptTimestamp + backoff = dueAt exactly
     if (outcome.kind === 'retry') return void (await store.fail(claim, outcome.attempts, lastError, outcome.dueAt ?? new Date(now + outcome.delay), now, false, described))
@@ -167,6 +172,10 @@ export function logOutcome(row: MessageRow, outcome: Outcome): void {
       break
     case 'abandoned':
       LOG.error(`${what} did not finish within handlerTimeout; abandoned, taken over when its lease expires`)
+      break
+    case 'waiting':
+      // one line when the outage begins and one when it ends (broker-waits.ts), none per message
+      LOG._debug && LOG.debug(`${what} waits for the broker of ${outcome.service}: ${errorLine(outcome.error)}`)
       break
   }
 }

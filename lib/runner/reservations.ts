@@ -4,6 +4,7 @@ import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
 import { runInContext } from '../cap/contexts'
 import { stillHeld } from './written'
+import { brokerWaits } from './broker-waits'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
 
@@ -68,7 +69,9 @@ interface Reserved {
  */
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
-  if (!host.running || host.held || host.gates.gated(cds.context?.tenant, queue) || !host.holdings.reserve(queue, message.ID)) return false
+  // an event for a broker this process waits for is written unclaimed: it waits in the table (broker-waits.ts)
+  if (!host.running || host.held || host.gates.gated(cds.context?.tenant, queue) || brokerWaits.waiting(message.service)) return false
+  if (!host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = clock.now()
   try {

@@ -12,6 +12,7 @@ import { inOwnTransaction } from '../store'
 import { QueueControls } from '../controls/queue-controls'
 import { announce } from '../controls/operator'
 import { watchBatchConnections } from './batch-connections'
+import { brokerWaits } from './broker-waits'
 import { Gates } from './gates'
 import { Holdings } from './holdings'
 import { Loop, type ClaimStatus } from './loop'
@@ -67,6 +68,29 @@ export class Runner {
       inTenant: (tenant, fn) => this.inTenant(tenant, fn),
       paused: (tenant, queue) => void this.holdings.handBackQueue(tenant, queue)
     })
+    brokerWaits.attach({ wake: () => this.wakeAll(), pending: service => this.pendingOf(service), ended: service => this.brokerBack(service) })
+  }
+
+  /** Claims soon in every tenant (a broker is back: its events wait in any of them). */
+  private wakeAll(): void {
+    this.tenants.wantAll().then(() => this.wake(), e => {
+      LOG.warn('could not read the subscribed tenants; only tenants with markers or new messages are looked into:', e)
+      this.wake()
+    })
+  }
+
+  /** The messages of `service` (no dead letters) in every tenant this process serves: while it waits, its events. */
+  private async pendingOf(service: string): Promise<number> {
+    let pending = 0
+    const limits = this.queues.attemptLimits()
+    for (const tenant of this.tenants.all) pending += await this.inTenant(tenant, () => this.store.aliveOf(service, limits))
+    return pending
+  }
+
+  /** The broker of `service` is back: its events' waiting marks go, in every tenant; how many are pending. */
+  private async brokerBack(service: string): Promise<number> {
+    for (const tenant of this.tenants.all) await this.inTenant(tenant, () => this.store.clearWaitingMarks(service))
+    return this.pendingOf(service)
   }
 
   get appid(): string | undefined {
@@ -182,6 +206,7 @@ export class Runner {
     this.started = false
     this.loop.stop()
     this.gates.stop()
+    brokerWaits.stop()
     const notifier = this.notifier
     this.notifier = undefined
     await notifier?.stop()

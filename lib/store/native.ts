@@ -157,14 +157,14 @@ export class NativeStore implements BatchingStore, Numbering {
 
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, skipping the queues in `skipTargets` (full in this
-   * process) and rows whose ordering key is busy, while their stored messages add up to at most `maxBytes` (the first
+   * process), the services in `skipServices` (whose broker this process waits for) and rows whose ordering key is busy, while their stored messages add up to at most `maxBytes` (the first
    * one whatever its size). A row whose previous lease expired counts that lost attempt, so a message that kills its
    * process every time still ends as a dead letter.
    */
-  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER, skipServices: string[] = []): Promise<MessageRow[]> {
     const claimedAt = iso(now)
     const claim = (own: Fragment, rows: number, bytes: number) =>
-      this.changes(statements.claim(own, this.ownE, this.dialect, owner, claimedAt, leaseUntil, rows, skipTargets, bytes))
+      this.changes(statements.claim(own, this.ownE, this.dialect, owner, claimedAt, leaseUntil, rows, skipTargets, bytes, skipServices))
     let claimed = await claim(this.own, limit, maxBytes)
     if (claimed < limit && this.old && this.oldRowsLeft) {
       // what the first claim left of the bytes, asked only while rows from before CAP had appid may be left
@@ -265,6 +265,19 @@ export class NativeStore implements BatchingStore, Numbering {
       released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
     return released
+  }
+
+  async waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Promise<boolean> {
+    return (await this.changes(statements.waitForBroker(claim, dueAt, lastError, described))) === 1
+  }
+
+  async clearWaitingMarks(service: string): Promise<void> {
+    await this.changes(statements.clearWaitingMarks(this.own, service))
+  }
+
+  async aliveOf(service: string, limits: AttemptLimits): Promise<number> {
+    const [row] = await this.rows<{ count: unknown }>(statements.aliveOf(this.own, service, limits))
+    return Number(row?.count ?? 0)
   }
 
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */

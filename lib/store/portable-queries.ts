@@ -1,7 +1,7 @@
 import type { Claim, DeadOnArrival, NewMessage, ReceiptRef } from '../interfaces'
 import { deadLetterRow, iso, newRow } from './rows'
 import { UNNUMBERED } from './sequences'
-import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, type AttemptLimits, type ClaimIndex } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, WAITING_MARK, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -90,10 +90,17 @@ function keyIsFree(own: Cqn, now: string): Cqn {
  * progress elsewhere) are skipped, not waited for. A row another runner set to 'processing' without a claim of this
  * plugin is left alone until the reconciliation gave it a lease of its own. `ownE`: this app's rows, for the key checks.
  */
-export function candidates(own: Cqn, ownE: Cqn, claimedAt: string, limit: number, skipTargets: string[]): Query {
+/** What a claim leaves out: the queues `targets`, and the rows of the services `services` (rows naming none are taken). */
+export interface Skip {
+  targets: string[]
+  services: string[]
+}
+
+export function candidates(own: Cqn, ownE: Cqn, claimedAt: string, limit: number, { targets, services }: Skip): Query {
   const claimable = { xpr: [isNull('status'), 'or', notNull('claimedBy')] }
-  const skip = skipTargets.length ? { xpr: [outer('target'), 'not', 'in', { list: skipTargets.map(val) }] } : undefined
-  const where = all(own, compare('dueAt', '<=', claimedAt), claimable, skip, keyIsFree(ownE, claimedAt))
+  const skipTargets = targets.length ? { xpr: [outer('target'), 'not', 'in', { list: targets.map(val) }] } : undefined
+  const skipServices = services.length ? { xpr: [outer('service'), 'is', 'null', 'or', outer('service'), 'not', 'in', { list: services.map(val) }] } : undefined
+  const where = all(own, compare('dueAt', '<=', claimedAt), claimable, skipTargets, skipServices, keyIsFree(ownE, claimedAt))
   return skippingLocked(SELECT.from(`${ENTITY} as r`).columns(...CANDIDATE_COLUMNS).where(where).orderBy(...ascending('dueAt')).limit(limit))
 }
 
@@ -185,6 +192,9 @@ export function complete(claims: Claim[]): Query {
   return DELETE.from(ENTITY).where(heldByCqn(claims))
 }
 
+/** `column`, or `value` where it is null. */
+const coalesce = (column: string, value: string | undefined) => ({ func: 'coalesce', args: [ref(column), val(value ?? null)] })
+
 /** An UPDATE of claimed rows, only while `claims` still hold them. */
 function whileHeld(set: Record<string, unknown>, claims: Claim[]): Query {
   return UPDATE(ENTITY).set(set).where(heldByCqn(claims))
@@ -201,6 +211,16 @@ export function release(claims: Claim[], dueAt: Date, alone = false): Query {
   return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), ...interrupted }, claims)
 }
 
+/** Hands a claimed row back without an attempt (its broker is away), recording its service and event where it has none. */
+export function waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Query {
+  return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), lastError, service: coalesce('service', described.service), event: coalesce('event', described.event) }, [claim])
+}
+
+/** Clears the waiting marks of `service`'s pending rows (its broker is back). */
+export function clearWaitingMarks(own: Cqn, service: string): Query {
+  return UPDATE(ENTITY).set({ lastError: null }).where(all(own, compare('service', '=', service), isNull('status'), { xpr: [ref('lastError'), 'like', val(`${WAITING_MARK}%`)] }))
+}
+
 /** Moves a completed occurrence of a recurring task to its next one. */
 export function recur(claim: Claim, timestamp: string, dueAt: Date): Query {
   return whileHeld({ ...UNCLAIMED.cqn, attempts: 0, lastError: null, timestamp, dueAt: iso(dueAt) }, [claim])
@@ -211,7 +231,6 @@ export function recur(claim: Claim, timestamp: string, dueAt: Date): Query {
  * written by others get the service and event of their message (`described`) where theirs are empty.
  */
 export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Query {
-  const coalesce = (column: string, value: string | undefined) => ({ func: 'coalesce', args: [ref(column), val(value ?? null)] })
   const set: Record<string, unknown> = {
     // a failure the handler reported: the message ran to an end, so it runs in batches again
     ...UNCLAIMED.cqn, attempts, lastError, lastAttemptTimestamp: iso(now), dueAt: dueAt && iso(dueAt), interrupted: 0,
@@ -300,6 +319,11 @@ export const resurrect = (now: number) => ({ dueAt: iso(now) })
 export const unclaim = (now: number) => ({ ...UNCLAIMED.cqn, dueAt: iso(now) })
 /** A foreign claim is left alone for `timeout`, or due at once when its last attempt is older than that (CAP's own rule). */
 export const observe = (now: number, dueAt: number) => ({ claimedBy: FOREIGN_CLAIM, claimedAt: iso(now), dueAt: iso(dueAt) })
+
+/** The messages of `service` that are no dead letters. */
+export function aliveOf(own: Cqn, service: string, limits: AttemptLimits): Query {
+  return SELECT.one.from(ENTITY).columns('count(1) as count').where(all(own, compare('service', '=', service), deadLettersCqn(limits, false)))
+}
 
 /** Messages of this app per queue and `status` that are no dead letters: pending (status null) and processing. */
 export function aliveByState(own: Cqn, limits: AttemptLimits): Query {

@@ -81,12 +81,13 @@ export class PortableStore implements QueueStore, Numbering {
     return mine.length ? Number(await q.deleteTask(mine, task, this.own)) : 0
   }
 
-  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER): Promise<MessageRow[]> {
+  async claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets: string[] = [], maxBytes = Number.MAX_SAFE_INTEGER, skipServices: string[] = []): Promise<MessageRow[]> {
     const claimedAt = iso(now)
-    const own = await this.claimFrom(this.own, owner, claimedAt, leaseUntil, limit, skipTargets, maxBytes)
+    const skip = { targets: skipTargets, services: skipServices }
+    const own = await this.claimFrom(this.own, owner, claimedAt, leaseUntil, limit, skip, maxBytes)
     let rows = own.rows
     if (rows.length < limit && own.bytes < maxBytes && this.old && this.oldRowsLeft) {
-      const old = await this.claimFrom(this.old, owner, claimedAt, leaseUntil, limit - rows.length, skipTargets, maxBytes - own.bytes)
+      const old = await this.claimFrom(this.old, owner, claimedAt, leaseUntil, limit - rows.length, skip, maxBytes - own.bytes)
       if (old.rows.length === 0) this.oldRowsLeft = false
       rows = rows.concat(old.rows)
     }
@@ -99,8 +100,8 @@ export class PortableStore implements QueueStore, Numbering {
    * The candidates are read without their messages: only the claimed ones' are read, so a backlog of large messages
    * costs the process what the claim takes. The rows and the bytes of their messages.
    */
-  private async claimFrom(own: Cqn, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes: number): Promise<{ rows: MessageRow[]; bytes: number }> {
-    const candidates = (await q.candidates(own, this.own, claimedAt, limit, skipTargets)) as Candidate[]
+  private async claimFrom(own: Cqn, owner: string, claimedAt: string, leaseUntil: number, limit: number, skip: q.Skip, maxBytes: number): Promise<{ rows: MessageRow[]; bytes: number }> {
+    const candidates = (await q.candidates(own, this.own, claimedAt, limit, skip)) as Candidate[]
     if (candidates.length === 0) return { rows: [], bytes: 0 }
     const taken = withinBytes(await this.keysStillFree(candidates, claimedAt), maxBytes)
     const fresh = taken.filter(r => r.status === null || r.status === undefined)
@@ -186,6 +187,19 @@ export class PortableStore implements QueueStore, Numbering {
       released += Number(await q.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
     return released
+  }
+
+  async waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Promise<boolean> {
+    return Number(await q.waitForBroker(claim, dueAt, lastError, described)) === 1
+  }
+
+  async clearWaitingMarks(service: string): Promise<void> {
+    await q.clearWaitingMarks(this.own, service)
+  }
+
+  async aliveOf(service: string, limits: AttemptLimits): Promise<number> {
+    const row = (await q.aliveOf(this.own, service, limits)) as { count: unknown } | undefined
+    return Number(row?.count ?? 0)
   }
 
   async interrupt(claims: Claim[]): Promise<void> {

@@ -30,10 +30,11 @@ export interface QueueStore {
   unscheduleTaskOf(IDs: string[], task: string, service: string): Promise<number>
   /**
    * Claims up to `limit` due rows for `owner` until `leaseUntil`, in due order while their stored messages add up to
-   * at most `maxBytes` (the first one whatever its size): see NativeStore.claim for the rules. A keyed message the
+   * at most `maxBytes` (the first one whatever its size), none of the queues `skipTargets` nor of the services
+   * `skipServices` (rows that name no service are taken): see NativeStore.claim for the rules. A keyed message the
    * claim takes first gets its sequence number, in the claim's transaction (lib/store/sequences.ts).
    */
-  claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[], maxBytes?: number): Promise<MessageRow[]>
+  claim(owner: string, now: number, leaseUntil: number, limit: number, skipTargets?: string[], maxBytes?: number, skipServices?: string[]): Promise<MessageRow[]>
   /** Deletes a processed row while the claim holds it; false if it was lost. */
   complete(claim: Claim): Promise<boolean>
   /** Deletes the processed rows of one claim while it holds them; the number deleted. */
@@ -51,6 +52,16 @@ export interface QueueStore {
    * they run alone from now on (they count as interrupted).
    */
   release(claims: Claim[], dueAt?: Date, alone?: boolean): Promise<number>
+  /**
+   * Hands a claimed row back without an attempt, due at `dueAt`, because its messaging service's broker is away,
+   * `lastError` its waiting mark (see `WAITING_MARK`); a row written by others gets the service and event of its
+   * message (`described`), so that claims can skip it.
+   */
+  waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Promise<boolean>
+  /** The broker of `service` is back: its rows' waiting marks are cleared. */
+  clearWaitingMarks(service: string): Promise<void>
+  /** How many of this app's messages of `service` are no dead letters (pending, or claimed). */
+  aliveOf(service: string, limits: AttemptLimits): Promise<number>
   /** Marks the attempts of `claims` (of one claim) as started, so the takeover of their leases counts them. */
   interrupt(claims: Claim[]): Promise<void>
   /** CAP's columns and the claim of the rows `IDs` that exist, as the current transaction sees them. */

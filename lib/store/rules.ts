@@ -164,13 +164,29 @@ export interface Retentions {
 }
 
 /**
+ * How `lastError` begins on a row whose relay waits for its broker, uncharged (lib/runner/broker-waits.ts), followed
+ * by when this wait began (ISO) and why: the table says which events wait and since when, to every instance and the
+ * CLI. The marks are cleared when the broker is back.
+ */
+export const WAITING_MARK = 'Waiting for the broker since '
+
+/**
  * Since when a pending message is due, which its relay lag counts from: its `timestamp` (its enqueue, a delayed
  * message's `after`), also while a failed attempt waits for its retry; a revived dead letter that has not failed again
  * (attempts 0, its last error kept) from the revive, which sets `lastAttemptTimestamp` (CAP's runner waits on that
  * column only after attempts). Rows handed back unstarted keep their claim's `lastAttemptTimestamp` but no last error:
- * they count from `timestamp`. One expression for SQL and CQL (CXL) alike.
+ * they count from `timestamp`, and so do rows waiting for their broker (`WAITING_MARK`: not revived, and their lag must
+ * go on growing while they wait). One expression for SQL and CQL (CXL) alike.
  */
-export const DUE_SINCE = 'CASE WHEN attempts = 0 AND lastError IS NOT NULL AND lastAttemptTimestamp > timestamp THEN lastAttemptTimestamp ELSE timestamp END'
+export const DUE_SINCE = `CASE WHEN attempts = 0 AND lastError IS NOT NULL AND lastError NOT LIKE '${WAITING_MARK}%' AND lastAttemptTimestamp > timestamp THEN lastAttemptTimestamp ELSE timestamp END`
+
+/** `lastError` of a row that waits for its broker since `since` (epoch ms), for `reason` (none: not stored). */
+export const waitingMark = (since: number, reason: string | undefined): string => `${WAITING_MARK}${new Date(since).toISOString()}${reason ? `: ${reason}` : ''}`
+
+/** When the wait a mark names began (ISO), or undefined for a `lastError` that is no such mark. */
+export function waitingSince(lastError: string | null | undefined): string | undefined {
+  return lastError?.startsWith(WAITING_MARK) ? lastError.slice(WAITING_MARK.length, WAITING_MARK.length + 24) : undefined
+}
 
 /**
  * Rows past their queue's dead-letter retention at `now`, counted from their last attempt (when they became dead

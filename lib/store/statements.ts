@@ -2,7 +2,7 @@ import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
 import { initialSequence, UNNUMBERED } from './sequences'
-import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
+import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, WAITING_MARK, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /** What the statements that change rows a subquery chose need of the dialect. */
 type Locking = Pick<Dialect, 'skipLocked' | 'idIn'>
@@ -207,9 +207,12 @@ export function deleteTask(IDs: string[], task: string, own: Fragment): Fragment
  * first interruption is free; the row then runs alone, at once after its claim, and every further interruption counts
  * as an attempt — a message that kills its process every time still ends as a dead letter.
  */
-export function claim(own: Fragment, ownE: Fragment, dialect: Locking, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes = Number.MAX_SAFE_INTEGER): Fragment {
+export function claim(own: Fragment, ownE: Fragment, dialect: Locking, owner: string, claimedAt: string, leaseUntil: number, limit: number, skipTargets: string[], maxBytes = Number.MAX_SAFE_INTEGER, skipServices: string[] = []): Fragment {
   const free = keyIsFree(ownE, claimedAt)
-  const skip = skipTargets.length ? `AND r.target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''
+  const list = (values: string[]) => values.map(() => '?').join(', ')
+  // a row that names no service (written by others, not yet described) is taken: its attempt says whose it is
+  const skip = (skipTargets.length ? `AND r.target NOT IN (${list(skipTargets)}) ` : '') +
+    (skipServices.length ? `AND (r.service IS NULL OR r.service NOT IN (${list(skipServices)}))` : '')
   const candidates = `SELECT r.ID, r.dueAt, COALESCE(octet_length(r.msg), 0) AS size FROM ${TABLE} r
     WHERE ${own.sql} AND r.dueAt <= ? AND (r.status IS NULL OR r.claimedBy IS NOT NULL) ${skip} AND ${free.sql}
     ORDER BY r.dueAt LIMIT ? ${dialect.skipLocked}`
@@ -223,7 +226,7 @@ export function claim(own: Fragment, ownE: Fragment, dialect: Locking, owner: st
           THEN 'Lease expired: ' || COALESCE(claimedBy, 'a process') || ' did not finish its attempt' ELSE lastError END,
         interrupted = interrupted + CASE WHEN status = '${PROCESSING}' THEN 1 ELSE 0 END
       WHERE ${dialect.idIn(withinBytes)}`,
-    params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...free.params, limit, maxBytes]
+    params: [owner, claimedAt, iso(leaseUntil), claimedAt, ...own.params, claimedAt, ...skipTargets, ...skipServices, ...free.params, limit, maxBytes]
   }
 }
 
@@ -284,6 +287,32 @@ export function whichHeld(claims: Claim[]): Fragment {
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
 export function release(claims: Claim[], dueAt: Date, alone = false): Fragment {
   return whileHeld(`${UNCLAIMED.sql}, dueAt = ?${alone ? ', interrupted = interrupted + 1' : ''}`, [iso(dueAt)], claims)
+}
+
+/** Hands a claimed row back without an attempt (its broker is away), marked, with its service and event where it has none. */
+export function waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Fragment {
+  return whileHeld(
+    `${UNCLAIMED.sql}, dueAt = ?, lastError = ?, service = COALESCE(service, ?), event = COALESCE(event, ?)`,
+    [iso(dueAt), lastError, described.service ?? null, described.event ?? null],
+    [claim]
+  )
+}
+
+/** Clears the waiting marks of `service`'s pending rows (its broker is back). */
+export function clearWaitingMarks(own: Fragment, service: string): Fragment {
+  return {
+    sql: `UPDATE ${TABLE} SET lastError = NULL WHERE ${own.sql} AND service = ? AND status IS NULL AND lastError LIKE ?`,
+    params: [...own.params, service, `${WAITING_MARK}%`]
+  }
+}
+
+/** The messages of `service` that are no dead letters. */
+export function aliveOf(own: Fragment, service: string, limits: AttemptLimits): Fragment {
+  const alive = deadLettersSql(limits, false)
+  return {
+    sql: `SELECT COUNT(*) AS "count" FROM ${TABLE} WHERE ${own.sql} AND service = ? AND ${alive.sql}`,
+    params: [...own.params, service, ...alive.params]
+  }
 }
 
 /** Deletes processed rows, while their claims hold them. */

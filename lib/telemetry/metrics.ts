@@ -1,5 +1,6 @@
 import type { BatchObservableResult, Counter, Histogram, Meter, MeterProvider, ObservableGauge } from '@opentelemetry/api'
 import type { QueueSnapshot } from '../interfaces'
+import type { BrokerWait } from '../runner/broker-waits'
 import { ATTR, attributesOf, errorType, METRIC, MESSAGING_SYSTEM, PROCESS, SCOPE, SEND } from './names'
 import { openTelemetry } from './otel'
 
@@ -26,6 +27,8 @@ export interface Failure {
 }
 
 let observations: QueueObservations | undefined
+/** The relay's waits for brokers in this process (lib/runner/broker-waits.ts). */
+let waits: (() => BrokerWait[]) | undefined
 
 class Instruments {
   readonly sent: Counter
@@ -39,6 +42,8 @@ class Instruments {
   private readonly relayLag: ObservableGauge
   private readonly paused: ObservableGauge
   private readonly breaker: ObservableGauge
+  private readonly brokerWaiting: ObservableGauge
+  private readonly brokerWaitingFor: ObservableGauge
 
   constructor(private readonly meter: Meter) {
     this.sent = meter.createCounter(METRIC.sent, { description: 'Messages written to a queue (at enqueue, in the caller\'s transaction).', unit: '{message}' })
@@ -56,11 +61,13 @@ class Instruments {
     this.relayLag = meter.createObservableGauge(METRIC.relayLag, { description: 'How long the oldest due message of a queue has been waiting, as of the last statistics query.', unit: 's' })
     this.paused = meter.createObservableGauge(METRIC.paused, { description: 'Whether an operator paused the queue (1) or not (0), as of the last statistics query.', unit: '1' })
     this.breaker = meter.createObservableGauge(METRIC.breaker, { description: 'The state of the queue\'s circuit breaker: 1 for the state it is in, 0 for the others, as of the last statistics query.', unit: '1' })
+    this.brokerWaiting = meter.createObservableGauge(METRIC.brokerWaiting, { description: 'Events of a messaging service waiting for its broker in this process (none while it is available), as of the last count.', unit: '{message}' })
+    this.brokerWaitingFor = meter.createObservableGauge(METRIC.brokerWaitingFor, { description: 'How long a messaging service\'s events have been waiting for its broker in this process.', unit: 's' })
     meter.addBatchObservableCallback(this.observe, this.gauges)
   }
 
   private get gauges(): ObservableGauge[] {
-    return [this.messages, this.relayLag, this.paused, this.breaker]
+    return [this.messages, this.relayLag, this.paused, this.breaker, this.brokerWaiting, this.brokerWaitingFor]
   }
 
   /** No more observations on this provider's meter: the app registered another one. */
@@ -69,6 +76,11 @@ class Instruments {
   }
 
   private readonly observe = async (result: BatchObservableResult): Promise<void> => {
+    for (const wait of waits?.() ?? []) {
+      const attributes = { [ATTR.system]: MESSAGING_SYSTEM, [ATTR.service]: wait.service }
+      result.observe(this.brokerWaitingFor, Math.max(0, Math.floor((Date.now() - wait.since) / 1000)), attributes)
+      if (wait.events !== undefined) result.observe(this.brokerWaiting, wait.events, attributes)
+    }
     if (!observations) return
     let tenants: Awaited<ReturnType<QueueObservations>>
     try {
@@ -144,8 +156,12 @@ export function countDropped(receiver: string, tenant: string | undefined): void
   instruments()?.dropped.add(1, receiverAttributes(receiver, tenant))
 }
 
-/** Reports the queue gauges from `source` from now on; undefined stops them (the process shuts down). */
-export function observeQueues(source: QueueObservations | undefined): void {
+/**
+ * Reports the queue gauges from `source`, and the relay's waits for brokers from `brokerWaits`, from now on;
+ * undefined stops them (the process shuts down).
+ */
+export function observeQueues(source: QueueObservations | undefined, brokerWaits?: () => BrokerWait[]): void {
   observations = source
+  waits = brokerWaits
   instruments()
 }

@@ -20,7 +20,8 @@ export const ATTR = {
   tenant: 'sap.tenancy.tenant_id',
   state: 'cds_event_queues.message.state',
   breakerState: 'cds_event_queues.circuit_breaker.state',
-  receiver: 'cds_event_queues.receiver'
+  receiver: 'cds_event_queues.receiver',
+  service: 'cds_event_queues.service'
 } as const
 
 export const METRIC = {
@@ -34,7 +35,9 @@ export const METRIC = {
   deleted: 'cds_event_queues.dead_letters.deleted',
   duplicates: 'cds_event_queues.duplicates',
   refused: 'cds_event_queues.inbound.refused',
-  dropped: 'cds_event_queues.inbound.dropped'
+  dropped: 'cds_event_queues.inbound.dropped',
+  brokerWaiting: 'cds_event_queues.broker.waiting',
+  brokerWaitingFor: 'cds_event_queues.broker.waiting_for'
 } as const
 
 /** The operations the plugin reports: an enqueue sends a message to its queue, a handler processes it. */

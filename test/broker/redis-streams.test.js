@@ -1,5 +1,7 @@
-const { suiteRedis, haltServer, restartServer, failedRelay } = require('./support/redis')
+const { suiteRedis, haltServer, restartServer } = require('./support/redis')
+const { brokerWaits } = require('../../lib/runner/broker-waits')
 const { startApp } = require('../support/app')
+const { runCli } = require('../support/cli')
 const { waitFor } = require('../support/wait')
 const { MESSAGES, messages } = require('../support/outbox')
 const cds = require('@sap/cds')
@@ -117,16 +119,28 @@ describe("kind 'redis-streams'", () => {
     )
   })
 
-  test('while Redis is down, relays fail at once and are retried; after it returns (empty: no persistence) the events arrive and the app stayed up', async () => {
+  test('while Redis is down, relays wait without an attempt charged; after it returns (empty: no persistence) the events arrive and the app stayed up', async () => {
     const received = await subscriber('streams', 'orders/cancelled')
     const streams = await cds.connect.to('streams')
     await haltServer(redis, 'SIGKILL')
     await cds.tx(() => streams.emit('orders/cancelled', { n: 1 }))
-    const failed = await failedRelay(2)
-    expect(failed.lastError).toMatch(/not connected to Redis/)
+    const [wait] = await waitFor(() => brokerWaits.current.length && brokerWaits.current, { what: 'the relay to wait for the broker' })
+    expect(wait).toMatchObject({ service: 'streams', reason: expect.stringMatching(/not connected to Redis/), suspected: false })
+    // it waits in the table, charged nothing, and claims leave it there
+    await waitFor(async () => (await messages())[0]?.status === null, { what: 'the event back in the table' })
+    expect((await messages())[0]).toMatchObject({ attempts: 0, status: null, lastError: expect.stringMatching(/^Waiting for the broker since /) })
+    // the wait is visible: health (this process), and the CLI (the table, for every instance)
+    const health = await waitFor(async () => {
+      const { checks } = await cds.queued.health()
+      return checks.broker?.waiting[0]?.events === 1 && checks
+    }, { what: 'the health check to count the waiting event' })
+    expect(health.broker).toEqual({ status: 'UP', waiting: [{ service: 'streams', since: new Date(wait.since).toISOString(), events: 1, suspected: false }] })
+    const status = await runCli(['status'])
+    expect(status.stdout).toMatch(new RegExp(`streams .*waiting for the broker since ${new Date(wait.since).toISOString().slice(0, 19)}\\S*, 1 events`))
     await restartServer(redis)
     await waitFor(() => received.length === 1, { timeout: 30000, what: 'the event after Redis is back' })
     expect(received[0].data).toEqual({ n: 1 })
+    expect((await cds.queued.health()).checks.broker).toBeUndefined()
     // the app still serves
     expect((await app.axios.get('/odata/v4/target/$metadata', { validateStatus: () => true })).status).toBe(200)
   })

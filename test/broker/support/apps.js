@@ -64,13 +64,17 @@ function brokerConfig(redis, own = {}) {
  */
 const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', factor: 2, max: '1s' }, batchSize: 10, maxAttempts: 60 }
 
-function startProducer(database, redis, { deploy = false } = {}) {
-  return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue: QUEUE, requires: brokerConfig(redis) })
+/**
+ * `queue`: queue options instead of the suite's (QUEUE); `broker`: options of the broker service beside brokerConfig's;
+ * `env`: the process's environment beside the suite's (e.g. CDS_LOG_LEVELS_QUEUE: 'info', to read the queue's log).
+ */
+function startProducer(database, redis, { deploy = false, queue = QUEUE, broker = {}, env } = {}) {
+  return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue, requires: brokerConfig(redis, broker), env })
 }
 
-/** `execArgv`: Node's options for the consumer's process (e.g. a small container's heap). */
-function startConsumer(database, redis, { deploy = false, execArgv } = {}) {
-  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, execArgv, queue: QUEUE, requires: brokerConfig(redis, { inboxed: true }) })
+/** `execArgv`: Node's options for the consumer's process (e.g. a small container's heap); `queue`: as for the producer. */
+function startConsumer(database, redis, { deploy = false, execArgv, queue = QUEUE } = {}) {
+  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, execArgv, queue, requires: brokerConfig(redis, { inboxed: true }) })
 }
 
 /** The consumer's name in its group: redis-streams names a process by host and PID. */
@@ -111,6 +115,18 @@ async function duplicatesDropped(database) {
 
 const relayStats = async producer => (await fetch(`${producer.url}/relay-stats`)).json()
 
+/** Queues `count` calls of the producer's local service (Target, on the same queue as the broker's relays); see producer.js. */
+async function callLocalService(producer, count) {
+  const res = await fetch(`${producer.url}/local`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ count }) })
+  if (res.status !== 200) throw new Error(`POST /local answered ${res.status}: ${await res.text()}`)
+}
+
+/** The producer's dead letters: rows at or over its queue's maxAttempts. */
+async function deadLetters(database, maxAttempts) {
+  const [row] = await query(database, `SELECT CAST(COUNT(*) AS INTEGER) AS "count" FROM cds_outbox_Messages WHERE attempts >= ${maxAttempts}`)
+  return Number(row.count)
+}
+
 /**
  * Waits until the consumer has handled every committed order, both queue tables are empty and nothing is pending in
  * the consumer's group: nothing more can arrive. Resolves with when that was; on a time-out, says what it last saw.
@@ -141,5 +157,6 @@ const queueRows = database => query(database, 'SELECT target AS "target", status
 module.exports = {
   brokerConfig,
   QUEUE,
-  newDatabase, query, records, queued, duplicatesDropped, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled
+  newDatabase, query, records, queued, duplicatesDropped, startProducer, startConsumer, stopInstance, consumerName, kill, placeOrders, placing, ordersPlaced, relayStats, settled,
+  callLocalService, deadLetters
 }

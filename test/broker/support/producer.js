@@ -3,7 +3,9 @@
  * `broker` of kind redis-streams (from CDS_CONFIG), queued by default as every messaging service. Its business
  * transactions (started by POST /orders, followed by GET /orders) each write orders (rows of test_Records, kind
  * 'order') and emit `orders/created` for each on the broker; some are rolled back on purpose. GET /relay-stats: what
- * the runner's relay attempts came to, and the most retries one event needed.
+ * the runner's relay attempts came to, and the most retries one event needed. POST /local { count }: queues `count`
+ * calls of the app's own service Target (event `local`, on the same queue as the relays), whose handler writes a row
+ * of kind 'local'.
  */
 const path = require('path')
 
@@ -43,8 +45,17 @@ cds.on('bootstrap', app => {
   })
   app.get('/orders', (_, res) => res.json(placing))
   app.get('/relay-stats', (_, res) => res.json(outcomes))
+  app.post('/local', require('express').json(), async (req, res) => {
+    const target = cds.queued(await cds.connect.to('Target'))
+    await cds.tx(async () => {
+      for (let n = 0; n < req.body.count; n++) await target.emit('local', { n })
+    })
+    res.json({ queued: req.body.count })
+  })
 })
-cds.on('served', () => {
+cds.on('served', async () => {
+  const target = await cds.connect.to('Target')
+  target.on('local', req => insertRecord('local', String(req.data.n), ''))
   require('../../../lib/plugin').eventQueues().runner.monitor.on('outcome', ({ ID, kind }) => {
     outcomes[kind] = (outcomes[kind] ?? 0) + 1
     // how close an outage brought one event to its maxAttempts

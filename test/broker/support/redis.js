@@ -24,15 +24,3 @@ function suiteRedis({ persistence = false, password } = {}) {
 
 module.exports = { suiteRedis, ...server }
 
-/** Waits until the one queued message has failed `times` relay attempts (the broker is away); resolves with its row. */
-async function failedRelay(times) {
-  const { messages } = require('../../support/outbox')
-  const { waitFor } = require('../../support/wait')
-  const [row] = await waitFor(async () => {
-    const rows = await messages()
-    return rows[0]?.attempts >= times && rows
-  }, { what: `${times} failed relay attempts while Redis is down` })
-  return row
-}
-
-module.exports.failedRelay = failedRelay
