@@ -97,6 +97,7 @@ function I17(f) {
   const twice = f.plan.consumer.deliverTwice
   const applied = appliedByWid(f)
   const lost = lostEvents(f, copies)
+  const waiting = []
   for (const [wid, { request }] of f.events) {
     const n = copies.get(wid) ?? 0
     if (!f.eventIntents.has(wid)) {
@@ -105,7 +106,9 @@ function I17(f) {
     }
     const at = committedAt(f, request)
     if (n === 0) {
-      if (!lost.has(wid) && !f.final.rows.some(r => r.wid === wid && r.target === 'broker')) violations.push({ wid, text: `${wid} (${f.events.get(wid).message.topic}) was committed at ${f.time(at)} and is not at the broker, nor waiting in the relay, and Redis lost nothing (its append-only file ${f.plan.consumer.persistence ? 'on' : 'off'}, no kill since)` })
+      const row = f.final.rows.find(r => r.wid === wid && r.target === 'broker')
+      if (row && !isDead(row, f.settings)) waiting.push({ wid, row, at })
+      else if (!row && !lost.has(wid)) violations.push({ wid, text: `${wid} (${f.events.get(wid).message.topic}) was committed at ${f.time(at)} and is not at the broker, nor waiting in the relay, and Redis lost nothing (its append-only file ${f.plan.consumer.persistence ? 'on' : 'off'}, no kill since)` })
       continue
     }
     const expected = twice ? 2 : 1
@@ -115,6 +118,11 @@ function I17(f) {
     const until = (applied.get(wid)?.at ?? f.history.phase.end) + RELAY_IN_FLIGHT
     const fault = republishFault(f, at, until)
     if (!fault) violations.push({ wid, text: `${wid} (${f.events.get(wid).message.topic}) is at the broker ${n} times (published ${n - 1} times more than ${twice ? "the test mode's second delivery" : 'once'}), with no fault between its commit at ${f.time(at)} and ${f.time(until)} to cut its relay off` })
+  }
+  // still in the relay once settling ended: the broker was there all along by then
+  if (waiting.length) {
+    const first = waiting.reduce((a, b) => (a.at < b.at ? a : b))
+    violations.push({ ids: waiting.map(w => w.row.ID), text: `${waiting.length} committed events were never relayed, still waiting in the relay after settling${f.final.drained?.drained ? '' : ' (which gave up)'} (the first committed at ${f.time(first.at)}): ${waiting.slice(0, 6).map(w => `${w.wid} (attempts ${w.row.attempts}, status ${w.row.status ?? 'null'})`).join(', ')}${waiting.length > 6 ? ', …' : ''}` })
   }
   return violations.map(v => ({ ...v, invariant: 'I17', title: 'every committed event is at the broker, none rolled back, and more than once only where a fault cut its relay off' }))
 }

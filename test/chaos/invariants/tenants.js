@@ -67,9 +67,11 @@ function overCounted(f, o) {
   return found
 }
 
+/** What a tenant may ever have had in a queue: every message of its requests that may have committed (an unsubscribed tenant's database, with its intents, is gone). */
 function everQueued(f, tenant, queue) {
-  const committed = f.final.intents.filter(i => i.tenant === tenant && QUEUE_OF[i.service] === queue).length
-  return 2 * committed + COUNT_SLACK
+  const requests = f.history.requests.filter(r => r.tenant === tenant && !['rolledBack', 'skipped'].includes(r.outcome))
+  const messages = requests.reduce((n, r) => n + r.messages.filter(m => QUEUE_OF[m.service] === queue).length, 0)
+  return 2 * messages + COUNT_SLACK
 }
 
 /** Rows that may appear between a count and the reads around it beyond commits: scheduled tasks' rows, retries. */
