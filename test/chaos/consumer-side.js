@@ -16,6 +16,7 @@ const CONSUMER_PATH = '/odata/v4/consumer'
 const OPS = '/odata/v4/event-queues'
 /** The consumer's group in Redis: redis-streams names it after the app (test/chaos/consumer/package.json). */
 const GROUP = require('./consumer/package.json').name
+/** The producer's topics, the consumer's subscriptions (test/chaos/consumer/srv/consumer.js). */
 const TOPICS = ['chaos/orders', 'chaos/audit', 'chaos/documents']
 /** Settling of the consumer: no progress this long ends it (what is left is stuck, and the invariants say what). */
 const STALL = 45_000
@@ -136,4 +137,4 @@ async function consumerFinal(ctx) {
   return { applied, credits, receipts, rows, broker, backlog: await backlog(ctx.redis).catch(e => ({ error: e.message })) }
 }
 
-module.exports = { producerBroker, consumerConfig, credit, settleConsumer, consumerDeadLetters, consumerFinal, GROUP, TOPICS }
+module.exports = { producerBroker, consumerConfig, credit, settleConsumer, consumerDeadLetters, consumerFinal }

@@ -87,7 +87,7 @@ async function rotatePassword(server) {
   }
 }
 
-/** The entries of `stream`, each with its ID and the message's fields the checker needs (payloads can be MBs). */
+/** The entries of `stream`, each with its ID, its event's workload id and its size (payloads can be MBs). */
 async function entries(server, stream) {
   return withClient(server, async client => {
     const found = []
@@ -96,23 +96,11 @@ async function entries(server, stream) {
       const batch = await client.sendCommand(['XRANGE', stream, start, '+', 'COUNT', '50'])
       for (const [id, fields] of batch) {
         const raw = fields[fields.indexOf('message') + 1] ?? ''
-        const head = raw.slice(0, 300) + raw.slice(-600)
-        found.push({ id, wid: raw.match(/"wid":"([^"]+)"/)?.[1], eventID: head.match(/"id":"([0-9a-f-]{36})"/)?.[1], bytes: raw.length })
+        // the message's data comes first, and its workload id first in the data
+        found.push({ id, wid: raw.slice(0, 300).match(/"wid":"([^"]+)"/)?.[1], bytes: raw.length })
       }
       if (batch.length < 50) return found
       start = `(${batch[batch.length - 1][0]}`
-    }
-  })
-}
-
-/** What is pending in a consumer group of `stream` (XPENDING's summary count). */
-async function pending(server, stream, group) {
-  return withClient(server, async client => {
-    try {
-      const [count] = await client.sendCommand(['XPENDING', stream, group])
-      return Number(count)
-    } catch {
-      return 0 // no such stream or group (Redis lost its data)
     }
   })
 }
@@ -124,4 +112,4 @@ async function stopRedis(server) {
   running.delete(server)
 }
 
-module.exports = { startRedis, stopRedis, killRedisServers, kill, restart, freeze, thaw, rotatePassword, entries, pending, withClient }
+module.exports = { startRedis, stopRedis, killRedisServers, kill, restart, freeze, thaw, rotatePassword, entries, withClient }

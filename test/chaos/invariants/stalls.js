@@ -106,7 +106,34 @@ function I15(f) {
       text: `${wid} (${message.service}) committed at ${f.time(committed)} and first started at ${f.time(first?.start)}${first ? ` (${f.describeRun(first)})` : ''}, ${((started - committed) / 1000).toFixed(1)} s later; from ${f.time(best.from)} to ${f.time(best.to)} process ${best.pid} served with ${slotsOf(f) === 1 ? 'no handler' : `fewer than ${slotsOf(f)} handlers`} running, the database was up and nothing else explains it${brokerAt(f, best)}`
     })
   }
-  return violations.map(v => ({ ...v, invariant: 'I15', title: 'no queue stalls another: a message that can run waits only while every process is busy or away' }))
+  return [...violations, ...requestStalls(f, runs)].map(v => ({ ...v, invariant: 'I15', title: 'no queue stalls another: a message that can run waits only while every process is busy or away' }))
+}
+
+/**
+ * The app's own requests: an enqueue that takes STALL or longer while its process ran no handler of the remote log
+ * for IDLE of it was held up by something of the plugin's that the log does not show (on SQLite: the relay's
+ * transaction holding the one write lock while its XADD waited for a frozen Redis, seed 746). Requests with large
+ * payloads, and SQLite's lock held by the app's import, are excused; so is whatever excuses a message's wait.
+ */
+function requestStalls(f, runs) {
+  const violations = []
+  const big = r => r.messages.some(m => m.size > 2_000_000)
+  const heavy = f.history.requests.filter(r => r.kind === 'import' || big(r)).map(r => [r.sentAt, r.doneAt + 1000])
+  for (const request of f.history.requests) {
+    if (request.kind !== 'enqueue' || request.outcome === 'skipped' || big(request) || !(request.doneAt - request.sentAt >= STALL)) continue
+    const p = f.processOf(request.pid)
+    if (!p) continue
+    const holes = [...excused(f, new Set(), request), ...(f.plan.variant.db === 'sqlite' ? heavy : [])]
+    const idle = { ...f.plan, variant: { ...f.plan.variant, db: 'sqlite' } } // no handler running: nothing of the log held it up
+    const quiet = minus([request.sentAt + 1000, request.doneAt], holes).flatMap(part => freeIntervals({ ...f, plan: idle }, p, runs, part))
+    const stretch = quiet.find(([a, b]) => b - a >= IDLE)
+    if (!stretch) continue
+    violations.push({
+      pids: [p.pid],
+      text: `the app's enqueue request (${request.messages.map(m => m.wid).join(', ')}) to process ${p.pid} took ${((request.doneAt - request.sentAt) / 1000).toFixed(1)} s, from ${f.time(request.sentAt)} to ${f.time(request.doneAt)} (${request.outcome}); from ${f.time(stretch[0])} to ${f.time(stretch[1])} that process ran no handler, the database was up and nothing else explains it${brokerAt(f, { from: stretch[0], to: stretch[1] })}`
+    })
+  }
+  return violations
 }
 
 /** What the broker went through meanwhile, for the reader of a violation. */
