@@ -267,7 +267,8 @@ function I14(f) {
       if (next.start < run.end + ms(every) - DUE_MARGIN) violations.push({ kind: 'early', pids: [next.pid], text: `task ${task} (every ${every}) ran again ${(next.start - run.end) | 0} ms after its previous run ended: ${f.describeRun(run)}; then ${f.describeRun(next)}` })
     }
     for (const run of own) {
-      const removed = mine.find(s => s.kind === 'unschedule' && s.doneAt + MARGIN < run.start && !mine.some(t => t.kind === 'schedule' && t.sentAt > s.doneAt && t.sentAt < run.start))
+      // a schedule whose request was still running when the unschedule began may have committed after it
+      const removed = mine.find(s => s.kind === 'unschedule' && s.doneAt + MARGIN < run.start && !mine.some(t => t.kind === 'schedule' && t.doneAt > s.sentAt && t.sentAt < run.start))
       if (removed) violations.push({ kind: 'unscheduled', pids: [run.pid], text: `task ${task} ran after it was unscheduled at ${f.time(removed.doneAt)}: ${f.describeRun(run)}` })
       const newer = mine.find(s => s.kind === 'schedule' && s.version > run.version && s.doneAt + MARGIN < run.start)
       if (newer) violations.push({ kind: 'replaced', pids: [run.pid], text: `task ${task} ran its version ${run.version} after version ${newer.version} was scheduled at ${f.time(newer.doneAt)}: ${f.describeRun(run)}` })
