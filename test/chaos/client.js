@@ -19,12 +19,12 @@ const REQUEST_TIMEOUT = 300_000
 const basic = user => `Basic ${Buffer.from(`${user}:`).toString('base64')}`
 
 /** `{ status, body, error?, sentAt, doneAt }`; status 0 when no answer came (connection refused or cut). */
-async function request(url, method, user, body) {
+async function request(url, method, user, body, headers = {}) {
   const sentAt = now()
   try {
     const res = await fetch(url, {
       method,
-      headers: { Authorization: basic(user), ...(body ? { 'Content-Type': 'application/json' } : {}) },
+      headers: { Authorization: basic(user), ...(body ? { 'Content-Type': 'application/json' } : {}), ...headers },
       body: body && JSON.stringify(body),
       signal: AbortSignal.timeout(REQUEST_TIMEOUT)
     })

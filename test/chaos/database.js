@@ -32,8 +32,9 @@ function openReadOnly(file) {
   }
 }
 
-function sqliteDatabase(dir, variant) {
-  const file = path.join(dir, 'db.sqlite')
+/** `name`: the file of the app's database in the seed's folder (the producer's `db.sqlite`, the consumer's its own). */
+function sqliteDatabase(dir, variant, name = 'db.sqlite') {
+  const file = path.join(dir, name)
   const fileOf = tenant => (tenant ? file.replace(/\.sqlite$/, `-${tenant}.sqlite`) : file)
   return {
     kind: 'sqlite',

@@ -1,10 +1,11 @@
 /**
- * `cds deploy` of the chaos app to the seed's database (CDS_CONFIG), in a process of its own before any app process
- * starts, as a deployment pipeline runs it: no app process holds connections its deployment opened.
+ * `cds deploy` of a chaos app (CHAOS_APP, as process.js) to the seed's database (CDS_CONFIG), in a process of its own
+ * before any app process starts, as a deployment pipeline runs it: no app process holds connections its deployment
+ * opened.
  */
 const path = require('path')
 
-process.chdir(path.join(__dirname, 'app'))
+process.chdir(path.join(__dirname, process.env.CHAOS_APP ?? 'app'))
 const cds = require('@sap/cds')
 
 cds.plugins

@@ -12,16 +12,17 @@ const { now } = require('./app/srv/true-clock')
 const CHAOS = '/odata/v4/chaos'
 
 /**
- * A process serving now, chosen by the run's random stream. While none serves, a client waits a little and then
- * gives up (requests piling up behind a restart would all arrive in the same second).
+ * A process of `fleet` (the producer's, or the consumer's) serving now, chosen by the run's random stream. While none
+ * serves, a client waits a little and then gives up (requests piling up behind a restart would all arrive in the
+ * same second).
  */
-async function serving(ctx, patience = 2000) {
+async function serving(ctx, patience = 2000, fleet = ctx.fleet) {
   const end = now() + patience
   for (;;) {
-    const live = ctx.fleet.live()
+    const live = fleet.live()
     if (live.length) return ctx.runtime.pick(live)
     if (now() > end || ctx.stopping) return undefined
-    await ctx.fleet.changed()
+    await fleet.changed()
   }
 }
 

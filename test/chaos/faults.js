@@ -1,24 +1,28 @@
 const pgServer = require('../../scripts/postgres-server')
+const redis = require('./redis')
 const { now } = require('./app/srv/true-clock')
 
 /**
  * The fault injector: kill -9 and graceful restarts of app processes, restarts with a skewed clock, a PostgreSQL
- * restart, and a rolling restart with another `maxAttempts`. Faults on one slot run one after another; a process
- * is only started while the database is up (a start during an outage is not what is being tested).
+ * restart, and a rolling restart with another `maxAttempts`; with the consumer half also app processes paused
+ * (SIGSTOP … SIGCONT), consumer processes killed, and the broker frozen, killed and restarted, and given another
+ * password for a while. Faults on one slot run one after another, and so do the broker's; a process is only started
+ * while the database is up (a start during an outage is not what is being tested).
  */
 
-const pause = ms => new Promise(resolve => setTimeout(resolve, ms))
+const wait = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 /**
  * Waits until every other slot serves (at most `patience` ms): a fault takes down one process at a time, so with
  * several processes one is always there to take over, however slowly a loaded machine starts them.
  */
-async function othersServing(ctx, slot, patience = 30_000) {
+async function othersServing(ctx, slot, patience = 30_000, fleet = ctx.fleet) {
   const end = now() + patience
-  const others = () => ctx.plan.slots.filter(s => s !== slot).every(s => ctx.fleet.live().some(p => p.record.slot === s))
+  const slots = fleet === ctx.fleet ? ctx.plan.slots : ctx.plan.consumer.slots
+  const others = () => slots.filter(s => s !== slot).every(s => fleet.live().some(p => p.record.slot === s))
   while (!others()) {
     if (now() > end || ctx.stopping) return false
-    await ctx.fleet.changed()
+    await fleet.changed()
   }
   return true
 }
@@ -35,9 +39,9 @@ function withSlot(ctx, slot, fn, { fault = true } = {}) {
   return next
 }
 
-async function startSlot(ctx, slot) {
+async function startSlot(ctx, slot, fleet = ctx.fleet) {
   await ctx.databaseUp
-  await ctx.fleet.start(slot, { skew: ctx.skews.get(slot) ?? 0 })
+  await fleet.start(slot, { skew: ctx.skews.get(slot) ?? 0 })
 }
 
 /** Which messages the killed process held: the only ones whose lost attempt its takeover may count (I5). */
@@ -59,7 +63,7 @@ function kill(ctx, { slot, down }) {
     if (!victim) return
     const at = now()
     ctx.history.kills.push({ pid: victim.pid, slot, at, held: await heldBy(ctx, victim.pid) })
-    await pause(down)
+    await wait(down)
     await startSlot(ctx, slot)
   })
 }
@@ -67,7 +71,7 @@ function kill(ctx, { slot, down }) {
 function terminate(ctx, { slot, down }) {
   return withSlot(ctx, slot, async () => {
     if (!(await othersServing(ctx, slot)) || !(await ctx.fleet.terminate(slot))) return
-    await pause(down)
+    await wait(down)
     await startSlot(ctx, slot)
   })
 }
@@ -81,7 +85,7 @@ function skew(ctx, { slot, skew, hold }) {
     await startSlot(ctx, slot)
     const record = { slot, skew, from: now(), pid: ctx.fleet.current.get(slot)?.pid }
     ctx.history.skews.push(record)
-    await pause(hold)
+    await wait(hold)
     ctx.skews.delete(slot)
     await ctx.fleet.terminate(slot)
     record.to = now()
@@ -100,7 +104,7 @@ async function pgRestart(ctx, { down }) {
   try {
     await pgServer.haltServer(ctx.database.server)
     outage.halted = now()
-    await pause(down)
+    await wait(down)
     await pgServer.restartServer(ctx.database.server)
   } finally {
     outage.to = now()
@@ -108,6 +112,82 @@ async function pgRestart(ctx, { down }) {
     up()
   }
 }
+
+const fleetOf = (ctx, app) => (app === 'consumer' ? ctx.consumers : ctx.fleet)
+
+/**
+ * SIGSTOP for `hold` ms, then SIGCONT: longer than a lease (8 s) or `claimAfter`, so other processes take over what it
+ * held while it stood still, and then it goes on where it stopped.
+ */
+function pause(ctx, { app, slot, hold }) {
+  const fleet = fleetOf(ctx, app)
+  return withSlot(ctx, slot, async () => {
+    if (!(await othersServing(ctx, slot, undefined, fleet))) return
+    const record = fleet.pause(slot)
+    if (!record) return
+    const child = fleet.current.get(slot)
+    const paused = { app, slot, pid: record.pid, from: now() }
+    ctx.history.pauses.push(paused)
+    await wait(hold)
+    fleet.resume(child)
+    paused.to = now()
+  })
+}
+
+/** Which inbox rows a killed consumer held (its claims in the consumer's database). */
+async function heldByConsumer(ctx, pid) {
+  try {
+    const rows = await ctx.consumerDb.query(`SELECT ID AS "ID" FROM cds_outbox_Messages WHERE status = 'processing' AND claimedBy LIKE ?`, [`%:${pid}:%`])
+    return rows.map(r => r.ID)
+  } catch {
+    return null
+  }
+}
+
+/** kill -9 of a consumer process: what it had read from the broker and not acknowledged stays pending for it. */
+function consumerKill(ctx, { slot, down }) {
+  return withSlot(ctx, slot, async () => {
+    const victim = await ctx.consumers.kill(slot)
+    if (!victim) return
+    ctx.history.consumerKills.push({ pid: victim.pid, slot, at: now(), held: await heldByConsumer(ctx, victim.pid) })
+    await wait(down)
+    await startSlot(ctx, slot, ctx.consumers)
+  })
+}
+
+/** Broker faults run one at a time, under the lock of the pseudo slot 'broker'. */
+function brokerFault(ctx, kind, fn) {
+  return withSlot(ctx, 'broker', async () => {
+    const fault = { kind, persistence: ctx.redis.persistence, from: now() }
+    ctx.history.brokerFaults.push(fault)
+    try {
+      await fn()
+    } finally {
+      fault.to = now()
+    }
+  })
+}
+
+/** A partition as the apps see it: Redis stops answering (SIGSTOP), their connections stay open; then SIGCONT. */
+const brokerFreeze = (ctx, { hold }) => brokerFault(ctx, 'freeze', async () => {
+  redis.freeze(ctx.redis)
+  await wait(hold)
+  redis.thaw(ctx.redis)
+})
+
+/** Redis killed (SIGKILL) and started again after `down` ms: with its append-only file it keeps what it acknowledged. */
+const brokerKill = (ctx, { down }) => brokerFault(ctx, 'kill', async () => {
+  await redis.kill(ctx.redis)
+  await wait(down)
+  await redis.restart(ctx.redis)
+})
+
+/** The broker's password changed (every client disconnected) while the apps still have the old one; then fixed. */
+const brokerPassword = (ctx, { hold }) => brokerFault(ctx, 'password', async () => {
+  const restore = await redis.rotatePassword(ctx.redis)
+  await wait(hold)
+  await restore()
+})
 
 /** A new release with another `maxAttempts` for the default queue, rolled out one process after another. */
 async function changeMaxAttempts(ctx, { value }) {
@@ -121,4 +201,4 @@ async function changeMaxAttempts(ctx, { value }) {
   }
 }
 
-module.exports = { kill, terminate, skew, pgRestart, changeMaxAttempts, withSlot, startSlot }
+module.exports = { kill, terminate, skew, pgRestart, changeMaxAttempts, pause, consumerKill, brokerFreeze, brokerKill, brokerPassword, withSlot, startSlot }

@@ -13,7 +13,15 @@ class History {
     this.requests = []
     this.processes = []
     this.kills = []
+    /** kill -9 of a consumer process: `{ pid, slot, at, held }` (held: the inbox rows it had claimed). */
+    this.consumerKills = []
+    /** SIGSTOP … SIGCONT of an app process: `{ app, slot, pid, from, to }`. */
+    this.pauses = []
     this.outages = []
+    /** Faults of the broker: `{ kind: 'kill' | 'freeze' | 'password', from, to, persistence }`. */
+    this.brokerFaults = []
+    /** Calls of the consumer's @idempotent action: `{ ref, key, pid, status, body, sentAt, doneAt, concurrent }`. */
+    this.credits = []
     this.skews = []
     this.operator = []
     this.observations = []
@@ -32,7 +40,7 @@ class History {
 
 /** The remote log's records, by type, in the order written. */
 function readRemoteLog(file) {
-  const byType = { process: [], stall: [], heap: [], start: [], abort: [], end: [], 'tick-start': [], 'tick-end': [] }
+  const byType = { process: [], stall: [], heap: [], gc: [], start: [], abort: [], end: [], 'tick-start': [], 'tick-end': [], apply: [] }
   if (!fs.existsSync(file)) return byType
   for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
     if (!line) continue

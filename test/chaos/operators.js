@@ -1,6 +1,7 @@
 const { request, cli } = require('./client')
 const { serving } = require('./driver')
 const { operatorOf } = require('./variants')
+const state = require('./state')
 const { now } = require('./app/srv/true-clock')
 
 /**
@@ -53,16 +54,44 @@ async function operate(ctx, event) {
   ctx.history.operator.push({ ...record, ...res, to: now() })
 }
 
-/** What an operator of `tenant` is shown: each answer is checked for other tenants' data (I8). */
+/** The reads the ops page makes (ops-page/page.js), with the header its reads carry. */
+const PAGE_READS = ['/statistics()', '/lagHistory()', '/DeadOutboxMessages?$count=true&$top=50&$select=ID,target,service,event,attempts,lastError&$orderby=timestamp']
+const PAGE_HEADERS = { 'x-event-queues-page': 'read' }
+
+/**
+ * What an operator of `tenant` is shown on every surface — the operator service, the ops page's reads and the CLI's
+ * `status` — each answer with the counts of the tenant's own rows per queue, read from its database right before and
+ * right after: I8 checks the answers for other tenants' names and for counts beyond the tenant's own.
+ */
 async function observe(ctx, { tenant }) {
   if (ctx.unsubscribed.has(tenant)) return
   const proc = await serving(ctx)
   if (!proc) return
+  const before = await state.countsOf(ctx.database, tenant).catch(() => undefined)
+  const answers = []
   for (const path of ['/statistics()', '/lagHistory()', '/PendingOutboxMessages?$select=ID,target,service,event']) {
     const res = await get(ctx, proc, tenant, path)
-    ctx.history.observations.push({ tenant, kind: path, at: res.doneAt, status: res.status, body: res.body })
+    answers.push({ tenant, kind: path, surface: 'odata', at: res.doneAt, sentAt: res.sentAt, status: res.status, body: res.body })
   }
+  for (const path of PAGE_READS) {
+    const res = await request(proc.url + OPS + path, 'GET', operatorOf(tenant), undefined, PAGE_HEADERS)
+    answers.push({ tenant, kind: path, surface: 'page', at: res.doneAt, sentAt: res.sentAt, status: res.status, body: res.body })
+  }
+  const status = await cli(['status', '--json', '--tenant', tenant], ctx.configOf('cli'))
+  answers.push({ tenant, kind: 'cli status', surface: 'cli', at: status.doneAt, sentAt: status.sentAt, status: status.code === 0 ? 200 : 500, body: parsed(status.output), output: status.output.slice(0, 2000) })
+  const after = await state.countsOf(ctx.database, tenant).catch(() => undefined)
+  for (const answer of answers) ctx.history.observations.push({ ...answer, counts: before && after && { before, after } })
   await deadLetters(ctx, proc, tenant)
+}
+
+/** The CLI's `--json` output as `{ value }` (the shape of an OData answer), or undefined. */
+function parsed(output) {
+  const start = output.indexOf('[')
+  try {
+    return start >= 0 ? { value: JSON.parse(output.slice(start)) } : undefined
+  } catch {
+    return undefined
+  }
 }
 
 module.exports = { operate, observe, deadLetters }

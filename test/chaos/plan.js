@@ -1,11 +1,20 @@
 const { random } = require('./random')
 const { VARIANTS, TENANT_SERVICES, ALL_SERVICES } = require('./variants')
+const { consumerHalf } = require('./consumer-plan')
 
 /**
  * The plan of one seed: the variant, the queue options that differ from the app's package.json, and the timed
  * events of the fault phase — workload, faults and operator actions. The same seed always gives the same plan; what
  * the processes make of it depends on timing, which the history records.
+ *
+ * A plan belongs to its generator: 22, issue 22's (one app, its queue), and 31, which adds the consumer half
+ * (consumer-plan.js) to every single-tenant seed. Each part draws from a stream of its own, so generator 31 plans
+ * the same workload, faults and operators as 22 for a seed, and adds its half; the seeds found with 22 keep meaning
+ * what they meant (seeds.json says each seed's generator).
  */
+
+const GENERATORS = [22, 31]
+const LATEST = 31
 
 const VARIANT_WEIGHTS = [['sqlite', 2], ['sqlite-portable', 2], ['postgres', 3], ['postgres-portable', 2], ['mtx', 1.5], ['mtx-portable', 1]]
 const SLOTS = ['A', 'B', 'C']
@@ -47,6 +56,17 @@ function message(r, service, wid) {
   if (m.mode === 'slow' && !m.ms) m.ms = r.int(100, 600)
   if (!m.fail) delete m.fail
   return m
+}
+
+/** From generator 31 on, tenants t2 and t3 queue calls of Clerk too: the default queue then holds every tenant's rows. */
+function sharedQueue(r, { tenants, duration }) {
+  const events = []
+  let n = 0
+  for (let at = r.int(200, 800); at < duration; at += r.int(600, 1500)) {
+    const tenant = r.pick(tenants.filter(t => t !== 't1'))
+    events.push({ at, kind: 'enqueue', tenant, messages: Array.from({ length: r.int(1, 3) }, () => ({ wid: `s${++n}`, service: 'Clerk' })), rollback: false })
+  }
+  return events
 }
 
 /** Requests to the app's `enqueue` action, 1–5 messages each, some rolled back. */
@@ -165,7 +185,8 @@ function options(r) {
   return requires
 }
 
-function plan(seed) {
+function plan(seed, generator = LATEST) {
+  if (!GENERATORS.includes(generator)) throw new Error(`chaos generator ${generator} is unknown: one of ${GENERATORS.join(', ')}`)
   const r = random(seed)
   const name = r.fork('variant').weighted(VARIANT_WEIGHTS)
   const variant = { name, ...VARIANTS[name] }
@@ -177,17 +198,25 @@ function plan(seed) {
   // large payloads are the subject of their own window: no fault interrupts their enqueueing and claiming
   const window = big.length ? [big[0].at - 1000, big[big.length - 1].at + 12_000] : [0, -1]
   const quiet = e => !['kill', 'terminate', 'skew', 'pgRestart', 'maxAttempts'].includes(e.kind) || e.at < window[0] || e.at > window[1]
+  const half = generator >= 31 && !variant.tenants ? consumerHalf(r.fork('consumer'), context) : undefined
+  // `deliver: 'twice'` delivers each run of a recurring task twice, and a task's handler has no ID of its run to be
+  // idempotent by (its messageId is the task's row, the same for every run): such seeds schedule no task
+  const scheduled = half?.consumer.deliverTwice ? [] : tasks(r.fork('tasks'), context)
   const events = [
     ...workload(r.fork('workload'), context),
     ...big,
-    ...tasks(r.fork('tasks'), context),
+    ...scheduled,
     ...foreignRows(r.fork('foreign'), context),
     ...faults(r.fork('faults'), context),
-    ...operators(r.fork('operators'), context)
+    ...operators(r.fork('operators'), context),
+    ...(half?.events ?? []),
+    ...(generator >= 31 && variant.tenants ? sharedQueue(r.fork('shared'), context) : [])
   ]
     .filter(quiet)
     .sort((a, b) => a.at - b.at)
-  return { seed: Number(seed), variant, slots, duration, requires: options(r.fork('options')), events }
+  const requires = options(r.fork('options'))
+  if (half?.consumer.deliverTwice) requires.queue = { ...requires.queue, deliver: 'twice' }
+  return { seed: Number(seed), generator, variant, slots, duration, requires, consumer: half?.consumer, events }
 }
 
-module.exports = { plan }
+module.exports = { plan, GENERATORS, LATEST }

@@ -5,6 +5,7 @@
  * process's `Date` by that many ms, as a host whose clock is off would; `performance` keeps the true time.
  */
 const fs = require('fs')
+const { GCProfiler } = require('v8')
 
 const file = process.env.CHAOS_LOG
 const skew = Number(process.env.CHAOS_SKEW_MS ?? 0)
@@ -30,6 +31,18 @@ record('process', { instance: process.env.CHAOS_INSTANCE, skew })
 const HEAP_STEP = 16 * 1024 * 1024
 /** Stalls: a 100 ms timer that fires this much late. */
 const STALL = 1000
+/**
+ * The heap's true peak, not a sample of it: between two collections the heap only grows, so its peak is what it held
+ * right before one of them (V8's GC profiler reports each collection's heap before and after) or what it holds now.
+ * A spike between two 100 ms samples, freed by the next collection, is seen too (issue 31: I7 sampled and missed them).
+ */
+const gcs = new GCProfiler()
+gcs.start()
+function peakBeforeCollections() {
+  const { statistics } = gcs.stop()
+  gcs.start()
+  return statistics.reduce((max, gc) => Math.max(max, gc.beforeGC.heapStatistics.usedHeapSize), 0)
+}
 let peak = 0
 let peakRss = 0
 let last = trueNow()
@@ -37,8 +50,8 @@ setInterval(() => {
   const at = trueNow()
   if (at - last - 100 > STALL) record('stall', { ms: Math.round(at - last - 100), from: last })
   last = at
-  // heapUsed as sampled; maxRSS is the peak the kernel saw, also within a long synchronous stretch between samples
-  const { heapUsed } = process.memoryUsage()
+  // maxRSS is the peak the kernel saw, also within a long synchronous stretch between samples
+  const heapUsed = Math.max(process.memoryUsage().heapUsed, peakBeforeCollections())
   const maxRSS = process.resourceUsage().maxRSS * 1024
   if (heapUsed > peak + HEAP_STEP || maxRSS > peakRss + HEAP_STEP) {
     peak = Math.max(peak, heapUsed)

@@ -27,13 +27,14 @@ const fleets = new Set()
 
 class Fleet extends EventEmitter {
   /**
-   * `env`: the processes' environment beyond CDS_CONFIG; `configOf(slot)`: their CDS_CONFIG object; `grace`: their
-   * shutdownGrace in ms; `history` records every incarnation.
+   * `app`: the folder of the app under test/chaos (`app`, the producer, or `consumer`); `env`: the processes'
+   * environment beyond CDS_CONFIG; `configOf(slot)`: their CDS_CONFIG object; `grace`: their shutdownGrace in ms;
+   * `history` records every incarnation.
    */
-  constructor({ dir, env, configOf, grace, history }) {
+  constructor({ app = 'app', dir, env, configOf, grace, history }) {
     super()
     this.setMaxListeners(0) // every waiting request listens for a change
-    Object.assign(this, { dir, env, configOf, grace, history })
+    Object.assign(this, { app, dir, env, configOf, grace, history })
     this.current = new Map()
     this.crashes = new Map()
     this.count = 0
@@ -50,14 +51,14 @@ class Fleet extends EventEmitter {
     })
   }
 
-  /** The processes serving now. */
+  /** The processes serving now (a paused one serves nothing: a load balancer's health check takes it out). */
   live() {
-    return [...this.current.values()].filter(p => p.url && p.exitCode === null && !p.ending)
+    return [...this.current.values()].filter(p => p.url && p.exitCode === null && !p.ending && !p.paused)
   }
 
   /** `cds deploy` of the app to the seed's database, in a process of its own (test/chaos/deploy.js). */
   deploy() {
-    const child = fork(DEPLOY, [], { env: { ...process.env, CDS_CONFIG: JSON.stringify(this.configOf()) }, silent: true })
+    const child = fork(DEPLOY, [], { env: { ...process.env, CHAOS_APP: this.app, CDS_CONFIG: JSON.stringify(this.configOf()) }, silent: true })
     let output = ''
     child.stdout.on('data', chunk => (output += chunk))
     child.stderr.on('data', chunk => (output += chunk))
@@ -67,10 +68,10 @@ class Fleet extends EventEmitter {
   async start(slot, { skew = 0 } = {}) {
     if (this.closed) throw new Error(`process ${slot} not started: the seed is over`)
     const config = this.configOf(slot)
-    const env = { ...process.env, ...this.env, CDS_CONFIG: JSON.stringify(config), CHAOS_INSTANCE: slot, CHAOS_SKEW_MS: String(skew) }
+    const env = { ...process.env, ...this.env, CHAOS_APP: this.app, CDS_CONFIG: JSON.stringify(config), CHAOS_INSTANCE: slot, CHAOS_SKEW_MS: String(skew) }
     const child = fork(SCRIPT, [], { env, silent: true, execArgv: [`--max-old-space-size=${MAX_OLD_SPACE_MB}`, '--require', PRELOAD] })
     const record = {
-      slot, pid: child.pid, skew, maxAttempts: config.requires.queue.maxAttempts, startedAt: now(),
+      app: this.app, slot, pid: child.pid, skew, maxAttempts: config.requires.queue.maxAttempts, startedAt: now(),
       log: path.join(this.dir, 'logs', `${String(++this.count).padStart(2, '0')}-${slot}-${child.pid}.log`)
     }
     this.history.processes.push(record)
@@ -130,10 +131,31 @@ class Fleet extends EventEmitter {
     return child.record
   }
 
+  /**
+   * SIGSTOP: the process stops where it is, its sockets and claims stay (a VM paused, a long GC, a container frozen);
+   * `resume` continues it (SIGCONT). Returns the process's record.
+   */
+  pause(slot) {
+    const child = this.current.get(slot)
+    if (!child || child.exitCode !== null || child.ending || child.paused) return undefined
+    process.kill(child.pid, 'SIGSTOP')
+    child.paused = true
+    this.emit('change')
+    return child.record
+  }
+
+  resume(child) {
+    if (!child.paused) return
+    child.paused = false
+    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGCONT')
+    this.emit('change')
+  }
+
   /** SIGTERM, as a platform stops an instance: CAP's graceful shutdown. Records how long it took (I9). */
   async terminate(slot) {
     const child = this.current.get(slot)
     if (!child || child.exitCode !== null) return undefined
+    this.resume(child)
     child.ending = 'terminated'
     const exited = new Promise(resolve => child.once('exit', resolve))
     const sent = now()

@@ -21,9 +21,22 @@ function figures(result) {
     'postgres restarts': history.outages.length,
     'maxAttempts changes': history.maxAttempts.length,
     'operator actions': history.operator.length,
-    'of them CLI': history.operator.filter(a => a.via === 'cli').length
+    'of them CLI': history.operator.filter(a => a.via === 'cli').length,
+    pauses: history.pauses.length,
+    'consumer kills': history.consumerKills.length,
+    'broker freezes': history.brokerFaults.filter(b => b.kind === 'freeze').length,
+    'broker kills': history.brokerFaults.filter(b => b.kind === 'kill').length,
+    'broker password changes': history.brokerFaults.filter(b => b.kind === 'password').length
   }
-  return { messages, committed, dead: Object.values(final.visible).reduce((n, ids) => n + ids.length, 0), faults, drained: final.drained }
+  const consumer = final.consumer && {
+    events: history.requests.reduce((n, r) => n + r.messages.filter(m => m.service === 'broker').length, 0),
+    committed: final.intents.filter(i => i.service === 'broker').length,
+    applied: final.consumer.applied.length,
+    redeliveries: final.consumer.receipts.reduce((n, r) => n + (r.scope.endsWith('inbox:messaging') ? r.duplicates : 0), 0),
+    credits: history.credits.length,
+    drained: final.consumer.drained
+  }
+  return { messages, committed, dead: Object.values(final.visible).reduce((n, ids) => n + ids.length, 0), faults, drained: final.drained, consumer }
 }
 
 function printSeed(result, violations, out = console.log) {
@@ -31,6 +44,8 @@ function printSeed(result, violations, out = console.log) {
   const fig = figures(result)
   const faults = Object.entries(fig.faults).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(', ')
   out(`  ${plan.variant.name}, ${plan.slots.length} process(es), ${plan.duration / 1000} s of faults; ${fig.messages} messages (${fig.committed} committed), ${faults || 'no faults'}; ${fig.dead} dead letters at the end; ${fig.drained.drained ? `drained in ${(fig.drained.ms / 1000).toFixed(1)} s` : 'NOT drained'}`)
+  const c = fig.consumer
+  if (c) out(`  consumer half: ${plan.consumer.slots.length} consumer process(es), Redis ${plan.consumer.persistence ? 'with' : 'without'} its append-only file, claimAfter ${plan.consumer.claimAfter}${plan.consumer.deliverTwice ? ", deliver: 'twice'" : ''}; ${c.events} events (${c.committed} committed), ${c.applied} applied, ${c.redeliveries} redeliveries dropped by the inbox, ${c.credits} @idempotent calls; ${c.drained?.drained ? `drained in ${(c.drained.ms / 1000).toFixed(1)} s` : 'NOT drained'}`)
   for (const note of history.notes) out(`  note: ${note}`)
   const outcomes = {}
   for (const r of history.requests) outcomes[r.outcome] = (outcomes[r.outcome] ?? 0) + 1

@@ -16,6 +16,8 @@ const { users } = require('./variants')
 const { merged, ms } = require('./queues')
 const { requires: APP } = require('./app/package.json').cds
 const { killClis } = require('./client')
+const consumerSide = require('./consumer-side')
+const redis = require('./redis')
 const { now } = require('./app/srv/true-clock')
 
 /**
@@ -38,6 +40,7 @@ function configOf(ctx) {
   const db = { ...database.config }
   const queue = { store: plan.variant.store, ...(ctx.maxAttempts ? { maxAttempts: ctx.maxAttempts } : {}) }
   const requires = merged(plan.requires, { db, queue: merged(plan.requires.queue, queue), auth: { kind: 'mocked', users: users(plan.variant) } })
+  requires.broker = consumerSide.producerBroker(ctx)
   if (plan.variant.tenants) requires.multitenancy = true
   return { requires }
 }
@@ -55,13 +58,21 @@ const DISPATCH = {
   pgRestart: faults.pgRestart,
   maxAttempts: faults.changeMaxAttempts,
   operator: operators.operate,
-  observe: operators.observe
+  observe: operators.observe,
+  credit: consumerSide.credit,
+  pause: faults.pause,
+  consumerKill: faults.consumerKill,
+  brokerFreeze: faults.brokerFreeze,
+  brokerKill: faults.brokerKill,
+  brokerPassword: faults.brokerPassword
 }
 
 async function setup(ctx) {
   // multitenant: MTX deploys its own tenant at start and each tenant at subscription
   if (!ctx.plan.variant.tenants) await ctx.fleet.deploy()
-  const started = await Promise.all(ctx.plan.slots.map(slot => ctx.fleet.start(slot)))
+  if (ctx.consumers) await ctx.consumers.deploy()
+  const consumers = ctx.plan.consumer?.slots ?? []
+  const started = await Promise.all([...ctx.plan.slots.map(slot => ctx.fleet.start(slot)), ...consumers.map(slot => ctx.consumers.start(slot))])
   if (started.some(p => !p)) throw new Error(`an app process did not start; see ${ctx.history.processes.map(p => p.log).join(', ')}`)
   for (const tenant of ctx.plan.variant.tenants ?? []) {
     const res = await driver.provision(ctx, tenant, true)
@@ -69,14 +80,19 @@ async function setup(ctx) {
   }
 }
 
-/** Samples the claims every second (I6): which process holds which row, and until when. */
+/**
+ * Samples the claims every second (I6): which process holds which row, and until when; and the relay's rows that
+ * were charged an attempt, with their last error (what a broker outage must not cost).
+ */
 function sampleClaims(ctx) {
   let stopped = false
   const loop = (async () => {
     while (!stopped) {
       if (!ctx.outage) {
         try {
-          ctx.history.claimSamples.push({ at: now(), claims: await state.claims(ctx.database) })
+          const sample = { at: now(), claims: await state.claims(ctx.database) }
+          if (ctx.redis) sample.charged = await state.charged(ctx.database, 'broker')
+          ctx.history.claimSamples.push(sample)
         } catch {
           // the database is restarting, or a file is being replaced: the next sample
         }
@@ -104,11 +120,12 @@ async function faultPhase(ctx) {
 }
 
 /** Runs `seed`; resolves with its history and final state, and the folder with its logs. */
-async function runSeed(seed) {
-  const plan = makePlan(seed)
+async function runSeed(seed, generator) {
+  const plan = makePlan(seed, generator)
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `event-queues-chaos-${seed}-`))
   const history = new History(plan)
-  const database = plan.variant.db === 'sqlite' ? sqliteDatabase(dir, plan.variant) : await postgresDatabase(`chaos_${seed}_${randomBytes(3).toString('hex')}`)
+  const name = `chaos_${seed}_${randomBytes(3).toString('hex')}`
+  const database = plan.variant.db === 'sqlite' ? sqliteDatabase(dir, plan.variant) : await postgresDatabase(name)
   const remoteLog = path.join(dir, 'remote.log')
   const ctx = {
     plan, history, database, remoteLog, runtime: random(seed, 'runtime'),
@@ -116,11 +133,18 @@ async function runSeed(seed) {
   }
   ctx.configOf = () => configOf(ctx)
   ctx.fleet = new Fleet({ dir, env: { CHAOS_LOG: remoteLog }, configOf: ctx.configOf, grace: GRACE, history })
+  if (plan.consumer) {
+    // the consumer half: the seed's Redis, and the consumer app on a database of its own of the same kind
+    ctx.redis = await redis.startRedis({ persistence: plan.consumer.persistence })
+    ctx.consumerDb = plan.variant.db === 'sqlite' ? sqliteDatabase(dir, {}, 'consumer.sqlite') : await postgresDatabase(`${name}_c`)
+    ctx.consumers = new Fleet({ app: 'consumer', dir, env: { CHAOS_LOG: remoteLog }, configOf: () => consumerSide.consumerConfig(ctx), grace: GRACE, history })
+  }
   let stopSampling
   let timer
   const limit = new Promise((_, reject) => {
     timer = setTimeout(() => {
       ctx.fleet.killAll()
+      ctx.consumers?.killAll()
       killClis()
       reject(new Error(`seed ${seed} did not settle within ${SEED_LIMIT / 60_000} min; its processes were killed (logs in ${dir})`))
     }, SEED_LIMIT)
@@ -132,7 +156,7 @@ async function runSeed(seed) {
     stopSampling = sampleClaims(ctx)
     await within(faultPhase(ctx))
     const final = await within(settle(ctx))
-    const result = { seed, plan, history, final, dir, remoteLog, maxAttempts: ctx.maxAttempts }
+    const result = { seed, plan, history, final, dir, remoteLog, maxAttempts: ctx.maxAttempts, redis: ctx.redis && { persistence: ctx.redis.persistence } }
     // kept with the logs of a failing seed: CHAOS_RECHECK=<folder> checks it again without running it
     fs.writeFileSync(path.join(dir, 'result.json'), JSON.stringify(result))
     return result
@@ -141,7 +165,9 @@ async function runSeed(seed) {
     ctx.stopping = true
     await stopSampling?.()
     ctx.fleet.killAll()
+    ctx.consumers?.killAll()
     killClis()
+    await redis.stopRedis(ctx.redis)
   }
 }
 

@@ -5,6 +5,7 @@ const { deadLetters } = require('./operators')
 const { queueSettings, byQueue } = require('./queues')
 const state = require('./state')
 const { driverOf } = require('./variants')
+const { settleConsumer, consumerDeadLetters, consumerFinal } = require('./consumer-side')
 const { now } = require('./app/srv/true-clock')
 
 /**
@@ -44,6 +45,9 @@ async function everySlotUp(ctx) {
   await Promise.all(ctx.plan.slots.map(slot => withSlot(ctx, slot, async () => {
     if (ctx.fleet.current.get(slot)?.record.skew) await ctx.fleet.terminate(slot)
     if (!ctx.fleet.current.get(slot)) await startSlot(ctx, slot)
+  }, { fault: false })))
+  await Promise.all((ctx.plan.consumer?.slots ?? []).map(slot => withSlot(ctx, slot, async () => {
+    if (!ctx.consumers.current.get(slot)) await startSlot(ctx, slot, ctx.consumers)
   }, { fault: false })))
 }
 
@@ -88,15 +92,20 @@ async function settle(ctx) {
   await unscheduleTasks(ctx)
   const drained = await drain(ctx)
   ctx.history.phase.drained = now()
+  // the consumer's turn once the producer relayed what it could
+  const consumerDrained = ctx.consumers && (await settleConsumer(ctx))
+  ctx.history.phase.consumerDrained = now()
   const proc = ctx.fleet.live()[0]
   const visible = {}
   for (const tenant of ctx.database.tenants) {
     if (!ctx.unsubscribed.has(tenant) && proc) visible[tenant] = await deadLetters(ctx, proc, tenant)
   }
-  await ctx.fleet.stopAll()
+  const consumerVisible = ctx.consumers && (await consumerDeadLetters(ctx))
+  await Promise.all([ctx.fleet.stopAll(), ctx.consumers?.stopAll()])
   ctx.history.phase.end = now()
   // read once nothing runs any more: the rows and the records are one state
   const final = { drained, rows: await state.rows(ctx.database), ...(await state.records(ctx.database)), visible }
+  if (ctx.consumers) final.consumer = { drained: consumerDrained, visible: consumerVisible, ...(await consumerFinal(ctx)) }
   // whether an unsubscribed tenant's database came back (I12), once nothing runs any more
   final.tenantFiles = Object.fromEntries((ctx.plan.variant.tenants ?? []).map(t => [t, ctx.database.exists(t)]))
   return final

@@ -10,7 +10,7 @@ const ROWS = `SELECT ID AS "ID", target AS "target", service AS "service", event
 const CLAIMS = `SELECT ID AS "ID", status AS "status", claimedBy AS "claimedBy", dueAt AS "dueAt", target AS "target" FROM cds_outbox_Messages
   WHERE status = 'processing' OR orderingKey IS NOT NULL`
 const RECORDS = {
-  intents: 'SELECT wid AS "wid", service AS "service", orderingKey AS "orderingKey", messageID AS "messageID", timestamp AS "timestamp", pid AS "pid", at AS "at" FROM chaos_Intents',
+  intents: 'SELECT wid AS "wid", service AS "service", orderingKey AS "orderingKey", messageID AS "messageID", timestamp AS "timestamp", sequence AS "sequence", pid AS "pid", at AS "at" FROM chaos_Intents',
   effects: 'SELECT wid AS "wid", messageID AS "messageID", attempt AS "attempt", pid AS "pid", at AS "at" FROM chaos_Effects',
   callbacks: 'SELECT wid AS "wid", kind AS "kind", pid AS "pid", at AS "at" FROM chaos_Callbacks',
   ticks: 'SELECT task AS "task", version AS "version", messageID AS "messageID", pid AS "pid", startedAt AS "startedAt", at AS "at" FROM chaos_Ticks'
@@ -54,11 +54,26 @@ async function records(database) {
       all[name].push(...(await database.query(sql, [], tenant)).map(r => ({ ...r, tenant, at: Number(r.at), pid: Number(r.pid) })))
     }
   }
-  for (const intent of all.intents) intent.timestamp = micros(intent.timestamp)
+  for (const intent of all.intents) Object.assign(intent, { timestamp: micros(intent.timestamp), sequence: intent.sequence == null ? null : Number(intent.sequence) })
   return all
+}
+
+/** Rows of queue `target` that were charged an attempt, with the start of their last error (a relay's outage, I16). */
+async function charged(database, target) {
+  const sql = `SELECT ID AS "ID", attempts AS "attempts", substr(lastError, 1, 300) AS "lastError", substr(msg, 1, 200) AS "head" FROM cds_outbox_Messages WHERE target = ? AND attempts > 0`
+  const all = []
+  for (const tenant of tenantsOf(database)) all.push(...(await database.query(sql, [target], tenant)).map(r => ({ ID: r.ID, attempts: Number(r.attempts), lastError: r.lastError, wid: widOf(r.head), tenant })))
+  return all
+}
+
+/** The rows of `tenant` per queue (`target`): what its operators may be shown of it at most, now. */
+async function countsOf(database, tenant) {
+  if (!(database.exists?.(tenant) ?? true)) return {}
+  const rows = await database.query('SELECT target AS "target", COUNT(*) AS "n" FROM cds_outbox_Messages GROUP BY target', [], tenant)
+  return Object.fromEntries(rows.map(r => [r.target, Number(r.n)]))
 }
 
 /** The process ID in a claim (`host:pid:random`). */
 const pidOfClaim = claimedBy => Number(claimedBy?.split(':')[1]) || undefined
 
-module.exports = { rows, claims, records, pidOfClaim }
+module.exports = { rows, claims, charged, countsOf, records, pidOfClaim }

@@ -23,9 +23,14 @@ const TENANT_SERVICES = {
   t3: ['Mailer']
 }
 const ALL_SERVICES = ['Orders', 'Ledger', 'Mailer', 'Billing', 'Archive', 'Clerk', 'Ticker']
+/** From generator 31 on, every tenant's workload also uses these: the default queue's name is every tenant's (I8 counts). */
+const SHARED_SERVICES = ['Clerk']
 
-/** The queue each service's messages are stored under (`target`), as the app's package.json configures them. */
-const QUEUE_OF = { Orders: 'Orders', Ledger: 'Ledger', Mailer: 'remote', Billing: 'Billing', Archive: 'queue', Clerk: 'queue', Ticker: 'queue' }
+/**
+ * The queue each service's messages are stored under (`target`), as the app's package.json configures them; `broker`
+ * is the messaging service of the consumer half (its events keyed by `orderKey`, so a queue of its own).
+ */
+const QUEUE_OF = { Orders: 'Orders', Ledger: 'Ledger', Mailer: 'remote', Billing: 'Billing', Archive: 'queue', Clerk: 'queue', Ticker: 'queue', broker: 'broker' }
 
 /** Mocked users: `driver` calls the app, `ops` the operator service; per tenant in the multitenant variants. */
 function users(variant) {
@@ -40,4 +45,4 @@ function users(variant) {
 const driverOf = tenant => (tenant ? `driver-${tenant}` : 'driver')
 const operatorOf = tenant => (tenant ? `ops-${tenant}` : 'ops')
 
-module.exports = { VARIANTS, TENANT_SERVICES, ALL_SERVICES, QUEUE_OF, users, driverOf, operatorOf }
+module.exports = { VARIANTS, TENANT_SERVICES, ALL_SERVICES, SHARED_SERVICES, QUEUE_OF, users, driverOf, operatorOf }

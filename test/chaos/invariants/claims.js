@@ -15,7 +15,7 @@ const STUCK = 60_000
 
 /** When some process served and the database was up: merged intervals [from, to). */
 function servingIntervals(f) {
-  const up = f.history.processes.filter(p => p.readyAt !== undefined).map(p => [p.readyAt, p.endedAt ?? Infinity]).sort((a, b) => a[0] - b[0])
+  const up = f.history.processes.filter(p => p.readyAt !== undefined && p.app !== 'consumer').map(p => [p.readyAt, p.endedAt ?? Infinity]).sort((a, b) => a[0] - b[0])
   const merged = []
   for (const [from, to] of up) {
     const last = merged[merged.length - 1]

@@ -1,4 +1,3 @@
-const fs = require('fs')
 const { readRemoteLog, runsOf } = require('../history')
 const { queueSettings } = require('../queues')
 const { QUEUE_OF } = require('../variants')
@@ -25,27 +24,20 @@ const groupBy = (list, key) => {
 /** A `#succeeded` / `#failed` callback's row (its data is the original message's, workload id included). */
 const isCallback = row => /\/#(succeeded|failed)$/.test(row.event ?? '')
 
-/** Per process, the messages it logged it could not renew the lease of, or record the outcome of. */
-function logged(history, pattern) {
-  const found = new Map()
-  for (const p of history.processes) {
-    if (!fs.existsSync(p.log)) continue
-    found.set(p.pid, new Set([...fs.readFileSync(p.log, 'utf8').matchAll(pattern)].map(m => m[1])))
-  }
-  return found
-}
-
 function facts(result) {
   const { plan, history, final } = result
   const log = readRemoteLog(result.remoteLog)
+  // the queue's messages to handlers of its own (the remote log's) apart from the events it relays to the broker
   const asked = new Map()
-  for (const request of history.requests) for (const m of request.messages) asked.set(m.wid, { message: m, request })
+  const events = new Map()
+  for (const request of history.requests) for (const m of request.messages) (m.service === 'broker' ? events : asked).set(m.wid, { message: m, request })
   const runs = runsOf(log)
   const runsByWid = groupBy([...runs.values()].flat(), r => r.wid)
   const f = {
-    plan, history, final, log, asked, runs, runsByWid,
+    plan, history, final, log, asked, events, runs, runsByWid,
     ticks: runsOf(log, 'tick-start', 'tick-end'),
-    intents: new Map(final.intents.map(i => [i.wid, i])),
+    intents: new Map(final.intents.filter(i => i.service !== 'broker').map(i => [i.wid, i])),
+    eventIntents: new Map(final.intents.filter(i => i.service === 'broker').map(i => [i.wid, i])),
     effects: groupBy(final.effects, e => e.wid),
     callbacks: groupBy(final.callbacks, c => c.wid),
     rowsByWid: groupBy(final.rows.filter(r => r.wid && !r.task && !isCallback(r)), r => r.wid),
@@ -61,30 +53,28 @@ function facts(result) {
   f.settingsOf = service => f.settings[service]
   f.tenantOf = wid => asked.get(wid)?.request.tenant
   f.unsubscribed = tenant => history.unsubscribes.some(u => u.tenant === tenant && u.status < 300 && u.status > 0)
+  f.consumerPids = new Set(history.processes.filter(p => p.app === 'consumer').map(p => p.pid))
   /** The process incarnation of a PID, and whether (and when) it died without a graceful stop. */
   f.processOf = pid => history.processes.find(p => p.pid === pid)
   f.diedAt = pid => {
     const p = f.processOf(pid)
     return p && (p.end === 'killed' || p.end === 'crashed') ? p.endedAt : undefined
   }
-  f.lost = logged(history, /could not (?:renew the lease of|record the outcome of) message ([0-9a-f-]{36})/g)
-  // the runner's own account of a claim another process took over while the handler ran (a renewal came too late)
-  f.takenOver = logged(history, /message ([0-9a-f-]{36}): (?:claim lost while it ran|its claim was taken over or the row deleted while the handler ran)/g)
-  const skewedDuring = (from, to) => history.processes.some(p => p.skew && p.startedAt <= to && (p.endedAt ?? Infinity) >= from)
   /**
-   * Why a process may have lost an attempt (of message `ID`) it ran from `from` to `to` without any defect: it died
-   * (kill -9, crash), the database was away (its renewals and outcome could not be written), its event loop stalled
-   * (a lease can run out under load), or it logged that it could not renew the lease or record the outcome (the
-   * README's "recovered when their leases expire") or that its claim was taken over while no clock was skewed.
-   * Undefined: no such excuse.
+   * Why a process may have lost an attempt (of message `ID`) it ran from `from` to `to` without any defect, by what
+   * the checker itself saw: it was killed while it held the message (the rows it held are read right after each
+   * kill: a kill excuses no more than that) or crashed, it was paused (SIGSTOP) for longer than a lease could last,
+   * the database was away (its renewals and outcome could not be written), or its event loop stalled (a lease can run
+   * out under load). The plugin's own log lines excuse nothing (issue 31: a rule that believed "could not renew" and
+   * "claim lost" let the plugin excuse itself). Undefined: no such excuse.
    */
   f.excuse = (pid, from, to, ID) => {
-    if (ID && f.lost.get(pid)?.has(ID)) return `process ${pid} could not renew the lease of message ${ID} or record its outcome (its log)`
-    // a lease that ran out under load is lost like any other (I3 allows it); with a skewed clock involved it may be
-    // the clock's doing (a lease judged by a process clock), which stays a violation
-    if (ID && f.takenOver.get(pid)?.has(ID) && !skewedDuring(from, to)) return `process ${pid} lost its claim of message ${ID} while it ran, every clock true (its log)`
     const died = f.diedAt(pid)
-    if (died !== undefined && died >= from - MARGIN && died <= to + MARGIN) return `its process ${pid} was killed at ${f.time(died)}`
+    const kill = history.kills.find(k => k.pid === pid)
+    const held = !ID || !kill || kill.held === null || kill.held.includes(ID)
+    if (died !== undefined && died >= from - MARGIN && died <= to + MARGIN && held) return `its process ${pid} was killed at ${f.time(died)}${kill && ID ? ' holding it' : ''}`
+    const paused = history.pauses.find(p => p.pid === pid && p.from <= to + MARGIN && (p.to ?? Infinity) >= from - MARGIN)
+    if (paused) return `process ${pid} was paused from ${f.time(paused.from)} to ${f.time(paused.to)}`
     const outage = history.outages.find(o => o.from <= to && (o.to ?? Infinity) >= from)
     if (outage) return `PostgreSQL was restarted from ${f.time(outage.from)} to ${f.time(outage.to)}`
     const stall = (f.stalls.get(pid) ?? []).find(s => s.from <= to && s.at >= from)

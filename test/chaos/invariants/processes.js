@@ -1,6 +1,9 @@
 const { MAX_OLD_SPACE_MB } = require('../processes')
 
-/** I7: each process's heap stays under HEAP_BOUND (sampled), and no process ends by itself; I9: SIGTERM ends a process within its grace. */
+/**
+ * I7: each process's heap stays under HEAP_BOUND — its peak, read before every collection (preload.js) — and no process
+ * ends by itself; I9: SIGTERM ends a process within its grace.
+ */
 
 const MB = 1024 * 1024
 /** The stated bound: three quarters of the heap the processes get (`--max-old-space-size`). */

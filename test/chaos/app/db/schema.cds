@@ -11,9 +11,11 @@ entity Intents {
   key wid          : String(60);
       service      : String(60);
       orderingKey  : String(255);
-      /** The queue row's ID and `timestamp` (keyed and held messages only: they decide order and claims). */
+      /** The queue row's ID and `timestamp` (keyed and held messages and events only: they decide order and claims). */
       messageID    : String(36);
       timestamp    : String(40);
+      /** The sequence number of its ordering key, as the row has it at enqueue (`msg.queue.sequence`). */
+      sequence     : Integer;
       pid          : Integer;
       at           : Double;
 }

@@ -15,6 +15,8 @@ type Message {
   /** 'ok' (default), 'unrecoverable', 'hang' (until its signal aborts), 'slow' (`ms` long). */
   mode    : String(20);
   ms      : Integer;
+  /** The topic of an event published on the messaging service `broker` (its `service`), for the consumer app. */
+  topic   : String(60);
   /** Characters of padding: the payload's size. */
   size    : Integer;
   /** CAP's columns written in the enqueuing transaction, as a script would: 'processing', claimed `heldAgo` ms ago. */

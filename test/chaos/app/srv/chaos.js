@@ -14,9 +14,13 @@ function capTaskId(queue, task) {
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`
 }
 
-/** The queue row a message of this transaction got, found by its service and workload id. */
-function rowOf(service, wid) {
-  return SELECT.one.from(MESSAGES).columns('ID', 'timestamp').where({ service, msg: { like: `%"wid":"${wid}"%` } })
+/**
+ * The queue row a message of this transaction got, found by its service and workload id, with the sequence number of
+ * its ordering key (`msg.queue.sequence`; keyed messages are small, so their `msg` is read whole).
+ */
+async function rowOf(service, wid, keyed) {
+  const row = await SELECT.one.from(MESSAGES).columns('ID', 'timestamp', ...(keyed ? ['msg'] : [])).where({ service, msg: { like: `%"wid":"${wid}"%` } })
+  return row && { ID: row.ID, timestamp: row.timestamp, sequence: keyed ? JSON.parse(row.msg).queue?.sequence : undefined }
 }
 
 /** The handler's instructions, with the workload id first, so it is found in the first characters of `msg`. */
@@ -31,16 +35,18 @@ function dataOf(m) {
 async function enqueue(m) {
   const srv = await cds.connect.to(m.service)
   const data = dataOf(m)
-  if (m.delay) await srv.send({ event: 'work', data, queue: { after: m.delay } })
+  // an event for the consumer app: published on the broker (queued by default, as every messaging service)
+  if (m.topic) await srv.emit(m.topic, data)
+  else if (m.delay) await srv.send({ event: 'work', data, queue: { after: m.delay } })
   else if (m.send) await srv.send('work', data)
   else await srv.emit('work', data)
   const at = now()
-  const row = m.orderKey || m.heldAgo ? await rowOf(m.service, m.wid) : undefined
+  const row = m.orderKey || m.heldAgo || (m.topic && !m.size) ? await rowOf(m.service, m.wid, Boolean(m.orderKey)) : undefined
   if (m.heldAgo) {
     // As an operator script or CAP's own runner would: the row is held by a runner since `heldAgo` ms.
     await UPDATE(MESSAGES, row.ID).with({ status: 'processing', lastAttemptTimestamp: new Date(Date.now() - m.heldAgo).toISOString() })
   }
-  await insert('chaos_Intents', { wid: m.wid, service: m.service, orderingKey: m.orderKey, messageID: row?.ID, timestamp: row?.timestamp, pid: process.pid, at })
+  await insert('chaos_Intents', { wid: m.wid, service: m.service, orderingKey: m.orderKey, messageID: row?.ID, timestamp: row?.timestamp, sequence: row?.sequence, pid: process.pid, at })
 }
 
 /** A row as CAP's built-in queue writes it: CAP's columns only, `msg` in CAP's shape. */

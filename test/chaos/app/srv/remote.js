@@ -20,19 +20,24 @@ function pause(ms, signal) {
  * A queued service standing for a remote system. `work` calls it: it logs the attempt's start and end in the remote
  * log, reads, waits as told (a remote call), writes its local effect, then fails as told: its first `fail` attempts
  * throw (with mode 'hang': hang until their signal aborts), or every attempt throws `unrecoverable`. `tick` is a
- * scheduled task.
+ * scheduled task. The handlers are idempotent as docs/TESTING.md asks (`deliver: 'twice'`): a message whose local
+ * effect is there already (its message ID) changes nothing and ends `seen`.
  */
 module.exports = class RemoteService extends cds.Service {
   init() {
     this.on('work', async req => {
       const { wid, fail = 0, mode = 'ok', ms = 0 } = req.data
-      const { messageId: ID, attempt, signal } = req.queue
-      const run = { wid, ID, attempt, service: this.name, tenant: cds.context.tenant }
+      const { messageId: ID, attempt, signal, sequence } = req.queue
+      const run = { wid, ID, attempt, service: this.name, tenant: cds.context.tenant, sequence }
       record('start', run)
       signal.addEventListener('abort', () => record('abort', { ...run, reason: signal.reason?.code }), { once: true })
       let outcome = 'error'
       try {
         await SELECT.one.from('chaos.Intents').columns('wid') // the handler's transaction reads first (a snapshot)
+        if (await SELECT.one.from('chaos.Effects').columns('ID').where({ messageID: ID })) {
+          outcome = 'seen'
+          return { wid }
+        }
         if (mode === 'hang' && attempt <= Math.max(fail, 1)) await pause(Infinity, signal)
         else if (ms) await pause(ms, signal)
         await insert('chaos_Effects', { ID: cds.utils.uuid(), wid, messageID: ID, attempt, pid: process.pid, at: now() })
@@ -60,6 +65,10 @@ module.exports = class RemoteService extends cds.Service {
         record('start', run)
         let outcome = 'error'
         try {
+          if (await SELECT.one.from('chaos.Callbacks').columns('ID').where({ wid: req.data.wid, kind })) {
+            outcome = 'seen'
+            return
+          }
           await insert('chaos_Callbacks', { ID: cds.utils.uuid(), wid: req.data.wid, kind, pid: process.pid, at: now() })
           outcome = 'ok'
         } finally {
