@@ -84,8 +84,13 @@ export default class RedisStreamsMessaging extends MessagingService {
     this.consumer.start()
   }
 
+  /**
+   * On shutdown: the consumer first (no entry is taken any more), then the publisher once the runner has stopped — it
+   * lets the relays that run finish within shutdownGrace, and they need the connection until then.
+   */
   private async close(): Promise<void> {
     await this.consumer?.stop()
+    await eventQueues().runner.stop()
     await this.publisher.close()
   }
 }
