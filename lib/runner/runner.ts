@@ -7,6 +7,8 @@ import type { QueueRegistry } from '../queues'
 import type { Settings } from '../settings'
 import type { QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
+import { sqliteFile, type DatabaseConfig } from '../store/database-name'
+import { markWriter, unmarkWriter } from '../store/sqlite-writers'
 import { dialectFor } from '../store/dialect'
 import { inOwnTransaction } from '../store'
 import { QueueControls } from '../controls/queue-controls'
@@ -50,6 +52,8 @@ export class Runner {
   private watchers: Watchers | undefined
   private notifier: Notifier | undefined
   private stopped: Promise<void> | undefined
+  /** The SQLite file this process serves and has marked (sqlite-writers.ts). */
+  private sqliteFile: string | undefined
   started = false
   stopping = false
   /** How many holds are in place (see `hold`). */
@@ -168,6 +172,7 @@ export class Runner {
     }
     // Stopped while the indexes were checked (a test's teardown, a failed start): nothing may start after the stop.
     if (this.stopping || !this.started) return
+    this.markSqliteFile()
     const listen = this.store.listenStatement
     if (listen) {
       const controls = dialectFor(cds.db.kind).wakeUp?.controls.payload
@@ -216,6 +221,17 @@ export class Runner {
     await this.storeInstance?.close()
     this.storeInstance = undefined
     this.loop.stop()
+    if (this.sqliteFile) unmarkWriter(this.sqliteFile)
+  }
+
+  /** A SQLite file another app process serves too: both fail each other's requests (see sqlite-writers.ts). */
+  private markSqliteFile(): void {
+    const options = (cds.db as { options?: DatabaseConfig }).options
+    const file = !this.tenants.multitenant && options ? sqliteFile(options, cds.root) : undefined
+    if (!file || /:memory:$/.test(file)) return
+    this.sqliteFile = file
+    const other = markWriter(file)
+    if (other) LOG.warn(`another app process (PID ${other.pid}) serves the SQLite database ${file} too: SQLite has one writer at a time, so requests of either may fail with "database is locked". Serve a SQLite file from one process, or use PostgreSQL for several instances (docs/DATABASES.md)`)
   }
 
   /**
