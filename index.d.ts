@@ -91,7 +91,7 @@ export interface QueueOptions {
 }
 
 /**
- * The consumer half's options of a service in `cds.requires` (README, "The consumer half"), beside CAP's own.
+ * The consumer half's options of a service in `cds.requires` (docs/CONSUMER.md), beside CAP's own.
  */
 export interface ConsumerServiceOptions {
   /**
@@ -194,7 +194,7 @@ export interface QueueHealth {
 /** `cds.queued` (and `cds.outboxed`): queues a service; `.health()` tells whether the queue works in this process. */
 export interface Queued {
   <S extends Service>(srv: S, options?: QueueOptions): QueuedService<S>
-  /** The queue's readiness, for the app's health or readiness endpoint (see the README's "Health"). */
+  /** The queue's readiness, for the app's health or readiness endpoint (docs/OPERATIONS.md#health). */
   health(options?: HealthOptions): Promise<QueueHealth>
 }
 

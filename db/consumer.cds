@@ -1,7 +1,7 @@
 namespace cds.outbox;
 
 /**
- * What receivers record (the consumer half, see README): the IDs of inbound messages an inboxed messaging service
+ * What receivers record (the consumer half, docs/CONSUMER.md): the IDs of inbound messages an inboxed messaging service
  * received (`scope` 'inbox:<service>'), and the idempotency keys and responses of requests to operations marked
  * `@idempotent` (`scope` 'action:<service>.<operation>'). One table and one pruner for both: a row is written in
  * the transaction of the receiver's own writes and deleted in small batches once `expiresAt` has passed.

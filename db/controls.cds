@@ -1,7 +1,7 @@
 namespace cds.outbox;
 
 /**
- * What holds a queue back across all instances on one database (see README, "Protecting remote systems"): an
+ * What holds a queue back across all instances on one database (see docs/REMOTE-SYSTEMS.md): an
  * operator's pause, the state of its circuit breaker, and the window of its rate limit. A row per queue that has
  * any of them, written in short transactions of their own, never in an application's; a multitenant app has one
  * table per tenant database, so each tenant's queue is paused, limited and broken apart.

@@ -1,5 +1,5 @@
 using from '@sap/cds/srv/outbox';
-// pauses, circuit breakers and rate windows shared by every instance (README: Protecting remote systems)
+// pauses, circuit breakers and rate windows shared by every instance (docs/REMOTE-SYSTEMS.md)
 using from './controls';
 // what receivers record, and the sequence numbers of ordering keys (the consumer half)
 using from './consumer';

@@ -120,7 +120,7 @@ function deadLetterRetention(raw: Raw, where: string): number | undefined {
 /**
  * How long receivers keep a processed message ID or an idempotency key (lib/receipts): a week outlasts a broker's
  * redeliveries and a sender's retries (10 attempts of CAP's backoff take under 2 minutes) and leaves time to revive a
- * dead letter after an incident, at one row per message (figures in the README).
+ * dead letter after an incident, at one row per message (figures in docs/CONSUMER.md#storage-and-cost-of-the-receipts).
  */
 const DEFAULT_RECEIPT_RETENTION = '7d'
 

@@ -55,7 +55,7 @@ function refuseTestModeInProduction(env: Environment, runner: RunnerSettings): v
 
 /**
  * A multitenant app's queue needs @sap/cds-mtxs: each tenant's messages are in that tenant's database, found through
- * MTX's list of subscribed tenants and the register in its tenant t0 (README, Multitenancy). Multitenancy without it
+ * MTX's list of subscribed tenants and the register in its tenant t0 (docs/MULTITENANCY.md). Multitenancy without it
  * (`cds.requires.db.multiTenant: true` of @cap-js/sqlite, which cds turns into `cds.requires.multitenancy`) is refused
  * at start: otherwise every commit that enqueued in a tenant would fail on a t0 that does not exist.
  */

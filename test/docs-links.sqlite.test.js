@@ -95,6 +95,40 @@ function brokenLinks() {
   return broken
 }
 
+/** The code, its types and its models: where comments and messages point readers to the documentation. */
+function codeFiles(dir = ROOT) {
+  return fs.readdirSync(dir, { withFileTypes: true }).flatMap(entry => {
+    if (entry.name.startsWith('.') || SKIP.has(entry.name) || ['test', 'bench', 'examples', 'docs'].includes(entry.name)) return []
+    const file = path.join(dir, entry.name)
+    if (entry.isDirectory()) return codeFiles(file)
+    const compiled = /\.(js|d\.ts)$/.test(entry.name) && fs.existsSync(file.replace(/\.(js|d\.ts)$/, '.ts'))
+    return /\.(ts|js|cds)$/.test(entry.name) && !compiled ? [file] : []
+  })
+}
+
+/**
+ * References from code to the documentation that do not resolve: `docs/<file>.md` or `README.md` (with `#anchor`)
+ * must name a file and heading that exist; a bare "README" or "SPEC §" names no place a reader can open (sections
+ * moved out of the README; the spec is not part of the repository).
+ */
+function brokenReferences() {
+  const broken = []
+  for (const file of codeFiles()) {
+    fs.readFileSync(file, 'utf8').split('\n').forEach((line, i) => {
+      const where = `${path.relative(ROOT, file)}:${i + 1}`
+      for (const m of line.matchAll(/\b((?:docs\/[\w-]+|README)\.md)(#[\w-]+)?/g)) {
+        const resolved = path.join(ROOT, m[1])
+        if (!fs.existsSync(resolved)) broken.push(`${where}: ${m[0]} (no file)`)
+        else if (m[2] && !anchors(resolved).has(m[2].slice(1))) broken.push(`${where}: ${m[0]} (no heading ${m[2]})`)
+      }
+      const bare = line.replace(/\b(?:[\w/.-]*\/)?README\.md(#[\w-]+)?/g, '')
+      if (/\bREADME\b/.test(bare)) broken.push(`${where}: a bare README reference (name docs/<guide>.md#<section> or README.md#<section>)`)
+      if (/\bSPEC\s*§/.test(line)) broken.push(`${where}: SPEC § (the spec is not in the repository: name the guide that says it)`)
+    })
+  }
+  return broken
+}
+
 describe('documentation links', () => {
   test('the Markdown files are found: README, CONTRIBUTING, the guides, the bench reports', () => {
     const files = markdownFiles().map(f => path.relative(ROOT, f))
@@ -110,5 +144,10 @@ describe('documentation links', () => {
 
   test('every relative link names a file that exists and, with #anchor, a heading in it', () => {
     expect(brokenLinks()).toEqual([])
+  })
+
+  test('every reference from code, types and models to the documentation names a file and heading that exist', () => {
+    expect(codeFiles().map(f => path.relative(ROOT, f))).toEqual(expect.arrayContaining(['db/outbox.cds', 'index.d.ts', 'lib/settings.ts', 'test.ts']))
+    expect(brokenReferences()).toEqual([])
   })
 })

@@ -1,4 +1,4 @@
-/** The exit codes of `cds-event-queues`, which scripts can rely on (documented in the README and in `--help`). */
+/** The exit codes of `cds-event-queues`, which scripts can rely on (documented in docs/OPERATIONS.md#the-cli and in `--help`). */
 export const EXIT = {
   OK: 0,
   /** Something failed that is not the caller's input: the database is unreachable, a statement failed. */

@@ -1,7 +1,7 @@
 import { capBrokerAvailability, isCapBrokerUnavailable } from '../cap/broker-connections'
 
 /**
- * A broker that is away, told apart from a broker that refuses a message (SPEC §12): the first is no failure of the
+ * A broker that is away, told apart from a broker that refuses a message (docs/MESSAGING.md#when-the-broker-is-away): the first is no failure of the
  * message — its relay waits without an attempt charged (lib/runner/broker-waits.ts) —, the second is an attempt as
  * before. The one place that tells them apart, for every path that relays (one message, a batch, a pipeline).
  */

@@ -17,7 +17,7 @@ import { BrokerUnavailable, type BrokerAvailability } from './availability'
 
 /**
  * Longest pause between reconnection attempts: a broker that is back is found within a second, and the relay's events
- * that waited for it go on (SPEC §12); an attempt while Redis is down costs a refused connection.
+ * that waited for it go on (docs/MESSAGING.md#when-the-broker-is-away); an attempt while Redis is down costs a refused connection.
  */
 const MAX_RECONNECT_DELAY = 1000
 

@@ -8,7 +8,7 @@ import { LOG } from '../log'
 import { clock } from '../time/clock'
 
 /**
- * The relay's wait for a messaging service's broker (SPEC §12), per service and per process (each process has its
+ * The relay's wait for a messaging service's broker (docs/MESSAGING.md#when-the-broker-is-away), per service and per process (each process has its
  * own connections): while the broker is away, the service's queued events stay in the table without an attempt
  * charged, claims skip them (other services of the same queue go on), and once the broker is back they relay in
  * order, each key's in enqueue order. One warning when the wait begins, one info line when it ends, with how many

@@ -3,7 +3,7 @@ import type { QueueStore } from '../store'
 import { claimOf, indexOfWritten, PROCESSING } from '../store/rules'
 
 /**
- * CAP's columns decide over a claim at enqueue (SPEC §0), whoever wrote them and when — also the enqueuing
+ * CAP's columns decide over a claim at enqueue (docs/MIGRATING.md#caps-columns-decide), whoever wrote them and when — also the enqueuing
  * transaction itself, after the enqueue: a script or the app's own bookkeeping that sets `status`,
  * `lastAttemptTimestamp`, `attempts` or `timestamp`. Its commit is the last moment to see them before the message
  * runs from memory.

@@ -80,5 +80,5 @@ function advanced(estimate: Estimate, at: number): Estimate {
   return { low: estimate.low + age - spread, high: estimate.high + age + spread, at }
 }
 
-/** The process's one clock for the queue (the database's; one database server per app, see the README). */
+/** The process's one clock for the queue (the database's; one database server per app, see docs/DATABASES.md#postgresql-and-multiple-instances). */
 export const clock = new DatabaseClock()
