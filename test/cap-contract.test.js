@@ -160,6 +160,20 @@ describe('CAP contracts', () => {
         })
       })
     })
+
+    test("a new cds.EventContext(init) has no transaction, not the caller's: each statement run with it commits on its own", async () => {
+      const { runDetached } = require('../lib/cap/contexts')
+      const ID = cds.utils.uuid()
+      const caller = cds.tx(async () => {
+        await runDetached({ user: new cds.User.Privileged('contract') }, async () => {
+          expect(cds.context.tx).toBeUndefined()
+          await INSERT.into('test.Records').entries({ ID, kind: 'contract', message: 'detached' })
+        })
+        throw new Error('the caller rolls back')
+      })
+      await expect(caller).rejects.toThrow('the caller rolls back')
+      expect(await SELECT.one.from('test.Records').columns('message').where({ ID })).toEqual({ message: 'detached' })
+    })
   })
 
   describe('handlers (lib/cap/handlers.ts)', () => {

@@ -24,3 +24,12 @@ export function contextWithTransaction(init: object, tx: DatabaseTransaction): o
 export function runInContext<T>(ctx: object, fn: () => Promise<T>): Promise<T> {
   return (cds as unknown as { _with(ctx: unknown, fn: () => Promise<T>): Promise<T> })._with(ctx, fn)
 }
+
+/**
+ * Runs `fn` with a new event context made of `init` as `cds.context`: it has no transaction, not even the caller's,
+ * so each statement `fn` runs is a transaction of its own unless `fn` opens one.
+ */
+export function runDetached<T>(init: object, fn: () => Promise<T>): Promise<T> {
+  const Context = cds.EventContext as unknown as new (init: object) => object
+  return runInContext(new Context(init), fn)
+}

@@ -1,5 +1,5 @@
 import cds from '@sap/cds'
-import { runInContext } from '../cap/contexts'
+import { runDetached } from '../cap/contexts'
 import { onSubscriptions, subscribedTenants } from '../cap/mtxs'
 import { QueueError } from '../errors'
 import { LOG } from '../log'
@@ -230,9 +230,7 @@ export function runInTenant<T>(tenant: Tenant, fn: () => Promise<T>): Promise<T>
     cds.context = undefined
     return fn()
   }
-  // CAP's types know the event contexts of requests only
-  const Context = cds.EventContext as unknown as new (init: object) => object
-  return runInContext(new Context({ tenant, user: new cds.User.Privileged() }), fn)
+  return runDetached({ tenant, user: new cds.User.Privileged() }, fn)
 }
 
 export function describe(tenant: Tenant): string {
