@@ -24,13 +24,14 @@ const PALETTE = ['#0a6ed1', '#e9730c', '#107e3e', '#925ace', '#bb0000', '#0f828f
  * @typedef {{ queue: string, service: string | null, event: string | null, pending: number, processing: number,
  *   dead: number, oldestPendingSince: string | null, relayLag: number, paused: boolean, pausedBy: string | null,
  *   pausedAt: string | null, breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null,
- *   brokerWaitingSince: string | null }} Statistics
+ *   brokerWaitingSince: string | null, duplicates: number }} Statistics
  * @typedef {{ at: string, queue: string, pending: number, processing: number, dead: number, relayLag: number }} LagSample
  * @typedef {{ ID: string, target: string, service: string | null, event: string | null, attempts: number,
  *   timestamp: string, lastAttemptTimestamp: string | null, lastError: string | null }} DeadLetter
  * @typedef {{ queue: string, pending: number, processing: number, dead: number, relayLag: number,
  *   oldestPendingSince: string | null, paused: boolean, pausedBy: string | null, pausedAt: string | null,
- *   breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null, waiting: BrokerWait[] }} QueueRow
+ *   breaker: 'closed' | 'open' | 'probing' | null, breakerUntil: string | null, waiting: BrokerWait[],
+ *   duplicates: number }} QueueRow
  * @typedef {{ service: string, since: string, events: number }} BrokerWait
  */
 
@@ -146,11 +147,13 @@ function perQueue(rows) {
   for (const r of rows) {
     // the controls are the queue's: the same on each of its rows
     const { paused, pausedBy, pausedAt, breaker, breakerUntil } = r
-    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null, paused, pausedBy, pausedAt, breaker, breakerUntil, waiting: [] }
+    const q = queues.get(r.queue) ?? { queue: r.queue, pending: 0, processing: 0, dead: 0, relayLag: 0, oldestPendingSince: null, paused, pausedBy, pausedAt, breaker, breakerUntil, waiting: [], duplicates: 0 }
     if (r.brokerWaitingSince && r.service) waitsFor(q, r.service, r.brokerWaitingSince, r.pending)
     q.pending += r.pending
     q.processing += r.processing
     q.dead += r.dead
+    // the redeliveries an inbox dropped, on its service's row
+    q.duplicates += r.duplicates ?? 0
     q.relayLag = Math.max(q.relayLag, r.relayLag)
     if (r.oldestPendingSince && (!q.oldestPendingSince || r.oldestPendingSince < q.oldestPendingSince)) {
       q.oldestPendingSince = r.oldestPendingSince
@@ -197,6 +200,7 @@ function renderQueues(queues) {
         cell('processing', String(q.processing)),
         dead,
         lag,
+        cell('duplicates', String(q.duplicates)),
         cell('oldestPendingSince', time(q.oldestPendingSince), ''),
         state,
         create('td', { class: 'actions' }, [toggle])

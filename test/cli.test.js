@@ -357,7 +357,7 @@ describe('the project the CLI runs in', () => {
     })
     const res = await runCli(['status'], { cwd: folder, env: alone })
     expect(res.code).toBe(2)
-    expect(res.stderr).toMatch(/^Invalid cds\.requires\.db\.credentials\.url of the project in .+: ":memory:"\. Expected a persistent database: an in-memory one has no queue to operate on/)
+    expect(res.stderr).toMatch(/^Invalid cds\.requires\.db\.credentials\.url of the project in .+: ":memory:"\. Expected a persistent database: an in-memory one \(what cds watch starts by default\) has no queue to operate on\. Give cds\.requires\.db a file, e\.g\. "db": \{ "kind": "sqlite", "credentials": \{ "url": "db\.sqlite" \} \}, and run cds deploy/)
     expect(res.stderr).not.toContain('do-not-print-me')
   })
 

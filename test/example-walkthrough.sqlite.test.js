@@ -2,7 +2,7 @@ const { waitFor } = require('./support/wait')
 const { startExample } = require('./support/example')
 
 /**
- * The README's "Example app walkthrough", step by step, against the example app started as its own process,
+ * docs/EXAMPLE.md, the example app walkthrough, step by step, against the example app started as its own process,
  * the way `npm start` starts it (cds-serve in examples/travel), on a free port and a fresh SQLite file.
  */
 

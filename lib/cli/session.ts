@@ -93,7 +93,7 @@ export async function openSession(streams: Streams, { command, options }: Invoca
   // The error names the one credential that says where, never the object: merged credentials may hold a password.
   const key = db.credentials?.url != null ? 'url' : 'database'
   const location = db.credentials?.[key]
-  if (/sqlite/.test(db.kind ?? '') && location === ':memory:') throw invalid(`cds.requires.db.credentials.${key} of the project in ${root}`, location, 'a persistent database: an in-memory one has no queue to operate on')
+  if (/sqlite/.test(db.kind ?? '') && location === ':memory:') throw invalid(`cds.requires.db.credentials.${key} of the project in ${root}`, location, `a persistent database: an in-memory one (what cds watch starts by default) has no queue to operate on. Give cds.requires.db a file, e.g. "db": { "kind": "sqlite", "credentials": { "url": "db.sqlite" } }, and run cds deploy`)
   for (const id of QUIET) cds.log(id, 'warn')
 
   const tenant = tenantOf(command, options.tenant)

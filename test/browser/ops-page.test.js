@@ -301,6 +301,20 @@ describe('the ops page in headless Chromium', () => {
     }
   })
 
+  test("an inbox's dropped redeliveries show on its queue's row, as statistics() counts them", async () => {
+    // `inbox` (test/app/package.json): local-messaging, inboxed: true; a broker hands the same event over twice
+    const inbox = await cds.connect.to('inbox')
+    inbox.on('orders/shipped', () => {})
+    const id = cds.utils.uuid()
+    for (let i = 0; i < 2; i++) await inbox.processInboundMsg({ user: cds.User.privileged }, { event: 'orders/shipped', data: {}, headers: { id } })
+    await page.goto(`${url}/event-queues/`, { waitUntil: 'load' })
+    await page.waitForSelector('body[data-loaded]')
+    const counted = (await cds.connect.to('EventQueuesService').then(ops => ops.send('statistics'))).filter(r => r.queue === 'queue').reduce((sum, r) => sum + (r.duplicates ?? 0), 0)
+    expect(counted).toBeGreaterThanOrEqual(1)
+    const shown = await page.$eval('#queues tr[data-queue="queue"] [data-field="duplicates"]', td => Number(td.textContent))
+    expect(shown).toBe(counted)
+  })
+
   test('users without the operator role get 403 in the browser, anonymous requests a login (401), as from the operator service', async () => {
     // A context each: a browser context keeps the credentials it once sent.
     const asClerk = await chromium.browser.createBrowserContext()
