@@ -65,7 +65,9 @@ else {
     failingStart(() => plugin.runner.connected(srv))
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
     // their connections until they finish or are handed back, and a cleanup its connection until its batch is done.
-    beforeDisconnect(srv, () => (plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
-    beforeDisconnect(srv, () => plugin.retention.stop())
+    // Only the primary database holds the queue: an app's other database services come and go without it.
+    const primary = () => srv === cds.db
+    beforeDisconnect(srv, () => (primary() && plugin.runner.stopsWithDatabase ? plugin.runner.stop() : undefined))
+    beforeDisconnect(srv, () => (primary() ? plugin.retention.stop() : undefined))
   })
 }
