@@ -6,15 +6,9 @@
  */
 const cds = require('@sap/cds')
 
-/**
- * Writes a row of test_Records with plain SQL, in the current transaction: CQL INSERT on @cap-js/postgres 2.3 can
- * crash a process when the database goes away mid-statement (see instance.js).
- */
+/** Writes a row of test.Records in the current transaction, with CQL as an app writes it. */
 function insertRecord(kind, message, note) {
-  const sql = 'INSERT INTO test_Records (ID, kind, message, note) VALUES (?, ?, ?, ?)'
-  let n = 0
-  const prepared = cds.db.kind === 'postgres' ? sql.replace(/\?/g, () => `$${++n}`) : sql
-  return cds.db.run(prepared, [cds.utils.uuid(), kind, message, note])
+  return INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind, message, note })
 }
 
 function serveCounting(instance, { handlerMs = 0 } = {}) {

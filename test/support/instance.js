@@ -14,9 +14,6 @@ const path = require('path')
 
 process.chdir(path.join(__dirname, '..', 'app'))
 const cds = require('@sap/cds')
-// The handlers' writes use plain SQL (insertRecord), not CQL INSERT: @cap-js/postgres 2.3 sends CQL INSERT entries
-// through a COPY parameter stream, and when the database goes away in the middle of one, it throws outside any
-// promise (ParameterStream.flushChunk), which `cds serve` turns into a shutdown. The outage suite is about the queue.
 const { insertRecord, serveCounting } = require('./counting')
 
 const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS, HOLD_TX } = process.env
