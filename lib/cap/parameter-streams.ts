@@ -9,7 +9,7 @@ import { postgresClient } from './drivers'
  * restart or failover right as the COPY begins), pg's `handleError` sets `connection` to null and the next chunk is
  * written to null: a TypeError thrown from a stream callback, outside any promise, which ends `cds serve`. The plugin
  * runs the app's handlers during outages, so each such stream here fails its writes once its connection is gone
- * instead: the statement rejects with the connection's error (it had been rejected already), nothing is thrown.
+ * instead: the statement rejects with the server's error (which pg's handleError emitted), nothing is thrown.
  * Contract: test/cap-contract.test.js "parameter streams" (also tells when @cap-js/postgres handles it itself).
  */
 

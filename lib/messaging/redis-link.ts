@@ -212,7 +212,7 @@ export class RedisLink implements BrokerAvailability {
     else this.log.debug(`${this.what}: reconnection attempt ${this.failures} failed (${reason})`)
   }
 
-  /** Redis's reply names the refusal only (never the password); the service's options are named where to fix it. */
+  /** Redis's reply names the refusal only (never the password); the line says where to fix it. */
   private refused(reply: string): void {
     const said = refusalsSaid.get(this.url)
     if (said !== undefined && Date.now() - said < REFUSAL_REPEAT) {
