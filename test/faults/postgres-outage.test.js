@@ -43,5 +43,7 @@ describe('faults: PostgreSQL outage', () => {
       handledBeforeOutage: before.handled, outageMs: up - down, drainAfterRestartMs: recovered - up,
       logLines: pg.running.map(c => c.output.split('\n').filter(l => /\[queue\]/.test(l)).length)
     }))
-  })
+    // on the portable store the drain after the restart took 47-79 s on the shared machine, the whole test 113-164 s,
+    // and over 180 s beside another fault suite
+  }, 300000)
 })
