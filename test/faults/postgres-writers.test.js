@@ -21,7 +21,7 @@ describe('faults: PostgreSQL restarts while every writer writes', () => {
     await enqueueFromAnotherProcess(pg.db, MESSAGES, {}, { deploy: true })
     const queue = { timeout: '3s', concurrency: 5, pollInterval: '200ms', batchSize: 10 }
     const requires = { auth: { kind: 'mocked', users: OPERATOR_USERS } }
-    const child = await startInstance(pg.db, { name: 'A', queue, requires, env: { HANDLER_MS: '5', CDS_LOG_LEVELS_QUEUE: 'info' } })
+    const child = await startInstance(pg.db, { name: 'A', queue, requires, env: { HANDLER_MS: '5', CDS_LOG_LEVELS_QUEUE: 'info', RECORDS_BY: 'cql' } })
     pg.running.push(child)
     const alive = () => ({ exitCode: child.exitCode, uncaught: child.output.match(/Uncaught .*/g) ?? [] })
 

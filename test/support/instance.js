@@ -7,7 +7,8 @@
  * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
  * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call),
  * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile),
- * REMOTE_URL (where the `call` handler sends its request). POST /inbound hands an event to the inboxed `inbox` service.
+ * REMOTE_URL (where the `call` handler sends its request), RECORDS_BY=cql (records written with CQL INSERT, see
+ * counting.js). POST /inbound hands an event to the inboxed `inbox` service.
  */
 const fs = require('fs')
 const path = require('path')
