@@ -5,6 +5,7 @@ import { registerTarballBuild } from './lib/build/tarball'
 import { queueMessagingImpls } from './lib/cap/connect-options'
 import { beforeDisconnect, onStarted } from './lib/cap/lifecycle'
 import { waitingForOtherWriters } from './lib/cap/database-options'
+import { surviveEndedCopies } from './lib/cap/parameter-streams'
 import { survivePoolErrors } from './lib/cap/pools'
 import { isDatabaseService } from './lib/cap/services'
 import { announceOpsPage, mountOpsPage } from './lib/ops/page'
@@ -62,6 +63,7 @@ else {
     if (!isDatabaseService(srv)) return warnAboutMisplacedReceivers(srv, plugin.settings.receivers)
     warnIfQueuedDatabase(srv)
     survivePoolErrors(srv)
+    surviveEndedCopies(srv)
     failingStart(() => plugin.runner.connected(srv))
     // CAP disconnects databases on 'shutdown' at the same moment it stops the runner: the runner's handlers need
     // their connections until they finish or are handed back, and a cleanup its connection until its batch is done.

@@ -402,19 +402,35 @@ function ownOptions(raw: Raw, keys: string[]): Raw {
   return own
 }
 
+/**
+ * The Redis URL of a messaging service's credentials. `credentials.uri` is read as CAP's `redis-messaging` reads it:
+ * its user name is ignored and the password authenticates Redis's default user (SAP BTP's `redis-cache` binding puts
+ * the placeholder `no-user-name-for-redis` there; a Redis that requires a password refuses that name). The plugin's
+ * own `credentials.url` is taken as written, for a Redis ACL user. A Redis cluster (`cluster_mode`) is refused.
+ */
 function redisUrl(raw: Raw, where: string): string {
   const credentials = raw.credentials ?? {}
   if (typeof credentials !== 'object' || credentials === null) throw invalid(`${where}.credentials`, credentials, 'an object with uri or url')
-  const { uri, url } = credentials as Raw
+  const { uri, url, cluster_mode: clusterMode } = credentials as Raw
+  if (clusterMode === true || clusterMode === 'true') {
+    throw invalid(`${where}.credentials.cluster_mode`, clusterMode, 'false: redis-streams connects to one Redis node and reads all streams of a service in one XREADGROUP, which a cluster refuses across hash slots; bind a redis-cache instance without cluster mode')
+  }
   const value = uri ?? url
   if (value === undefined) {
     warnOnce(`${where} has no credentials.uri: connecting to ${DEFAULT_REDIS_URL}.`)
     return DEFAULT_REDIS_URL
   }
-  if (typeof value === 'string' && /^rediss?:\/\/[^/]/.test(value)) return value
+  if (typeof value === 'string' && /^rediss?:\/\/[^/]/.test(value)) return uri === undefined ? value : withoutUserName(value)
   // The value may carry a password: shown masked.
   const shown = typeof value === 'string' ? value.replace(/\/\/[^@/]*@/, '//***@') : value
   throw invalid(`${where}.credentials.${uri === undefined ? 'url' : 'uri'}`, shown, "a Redis URL like 'redis://host:6379' or 'rediss://user:password@host:6380'")
+}
+
+function withoutUserName(url: string): string {
+  const parsed = new URL(url)
+  if (!parsed.username) return url
+  parsed.username = ''
+  return parsed.href
 }
 
 function name(raw: Raw, key: string, where: string, fallback: string): string {

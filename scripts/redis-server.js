@@ -1,4 +1,4 @@
-const { spawn } = require('child_process')
+const { spawn, execFileSync } = require('child_process')
 const fs = require('fs')
 const net = require('net')
 const os = require('os')
@@ -9,7 +9,8 @@ const { HOST, freePort, isRunning } = require('./local-servers')
  * A real Redis server on 127.0.0.1 and a free port, from Debian's package `redis-server` (`apt-get install -y
  * redis-server`; `.ci/run` installs it where /usr/bin/redis-server is missing), for the broker suite. No persistence
  * unless asked for (`persistence: true`: an append-only file fsynced at every write, so what Redis acknowledged
- * survives a kill). Processes are stopped by their PID.
+ * survives a kill); `tls: true` adds a TLS port with a certificate for 127.0.0.1 made here with openssl. Processes
+ * are stopped by their PID.
  */
 
 const BINARY = process.env.REDIS_SERVER ?? '/usr/bin/redis-server'
@@ -33,6 +34,18 @@ function answers(server) {
   })
 }
 
+/**
+ * A self-signed certificate for 127.0.0.1 (its own CA: a client trusts it with NODE_EXTRA_CA_CERTS=`cert`) and its
+ * key, in `dir`, by Debian's openssl.
+ */
+function makeCertificate(dir) {
+  const cert = path.join(dir, 'redis-cert.pem')
+  const key = path.join(dir, 'redis-key.pem')
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', `/CN=${HOST}`,
+    '-addext', `subjectAltName=IP:${HOST}`, '-keyout', key, '-out', cert], { stdio: 'ignore' })
+  return { cert, key }
+}
+
 /** Runs the server of `server` (its directory, port and options) until it answers; sets `server.pid`. */
 async function launch(server) {
   if (!fs.existsSync(BINARY)) throw new Error(`${BINARY} not found: install Debian's package redis-server (apt-get install -y redis-server)`)
@@ -40,6 +53,9 @@ async function launch(server) {
     '--bind', HOST, '--port', String(server.port), '--dir', server.dir, '--save', '',
     '--appendonly', server.persistence ? 'yes' : 'no', ...(server.persistence ? ['--appendfsync', 'always'] : []),
     ...(server.password ? ['--requirepass', server.password] : []),
+    // TLS beside the plain port (which the tests' own clients use), without client certificates, as on SAP BTP
+    ...(server.tls ? ['--tls-port', String(server.tlsPort), '--tls-cert-file', server.tls.cert, '--tls-key-file', server.tls.key,
+      '--tls-ca-cert-file', server.tls.cert, '--tls-auth-clients', 'no'] : []),
     '--logfile', server.log
   ]
   const child = spawn(BINARY, args, { detached: true, stdio: 'ignore' })
@@ -58,11 +74,13 @@ async function launch(server) {
 
 /**
  * Starts a server in a new temporary directory, on `port` or a free one; `password`: clients must authenticate (as on
- * SAP BTP). Returns what clients (`url`) and the other functions need.
+ * SAP BTP); `tls`: also on `tlsPort` with TLS, its certificate in `server.tls.cert`. Returns what clients (`url`) and
+ * the other functions need.
  */
-async function startServer({ persistence = false, password, port } = {}) {
+async function startServer({ persistence = false, password, port, tls = false } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'event-queues-redis-'))
   const server = { host: HOST, port: port ?? (await freePort()), dir, log: path.join(dir, 'redis.log'), persistence, password }
+  if (tls) Object.assign(server, { tls: makeCertificate(dir), tlsPort: await freePort() })
   server.url = password ? `redis://default:${password}@${HOST}:${server.port}` : `redis://${HOST}:${server.port}`
   await launch(server)
   return server

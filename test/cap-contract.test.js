@@ -267,6 +267,50 @@ describe('CAP contracts', () => {
     })
   })
 
+  describe('parameter streams (lib/cap/parameter-streams.ts)', () => {
+    const onPostgresOnly = onPostgres() ? test : test.skip
+    /** test/support/ended-copy.js in `appDir`: a CQL INSERT whose connection ends right when its COPY is ready. */
+    const endedCopy = appDir =>
+      new Promise(resolve => {
+        const env = { ...process.env, APP: appDir, CDS_CONFIG: JSON.stringify({ requires: { db: { ...cds.db.options, kind: 'postgres' } } }) }
+        execFile(process.execPath, [path.join(__dirname, 'support', 'ended-copy.js')], { env, timeout: 60000 }, (error, stdout, stderr) =>
+          resolve({ code: error ? error.code : 0, result: stdout.trim().split('\n').pop(), stderr }))
+      })
+
+    onPostgresOnly("@cap-js/postgres streams a CQL INSERT's entries through a ParameterStream, a Writable submitted to its pg Client's query", async () => {
+      const { Writable } = require('stream')
+      const { postgresClient } = require('../lib/cap/drivers')
+      const Client = postgresClient()
+      const query = Client.prototype.query
+      const submitted = []
+      Client.prototype.query = function (config, ...args) {
+        if (config instanceof Writable) submitted.push(config)
+        return query.call(this, config, ...args)
+      }
+      try {
+        await INSERT.into('test.Records').entries({ ID: cds.utils.uuid(), kind: 'contract-copy' })
+      } finally {
+        Client.prototype.query = query
+      }
+      expect(submitted.map(stream => stream.constructor.name)).toEqual(['ParameterStream'])
+      const [stream] = submitted
+      expect(stream.connection).toBeNull() // released once its COPY completed
+      expect([typeof stream.flush, typeof stream._destroy]).toEqual(['function', 'function'])
+    })
+
+    // When this fails, @cap-js/postgres handles a connection that ends during the COPY: remove lib/cap/parameter-streams.ts.
+    onPostgresOnly("without the plugin, a connection ending while the COPY's chunks wait kills the process (ParameterStream.flushChunk writes to the connection pg set to null)", async () => {
+      const { code, stderr } = await endedCopy('cap-app')
+      expect({ code, uncaught: stderr.match(/TypeError: Cannot read properties of null \(reading 'stream'\)\s+at ParameterStream\.flushChunk/)?.[0].split('\n')[0] })
+        .toEqual({ code: 1, uncaught: "TypeError: Cannot read properties of null (reading 'stream')" })
+    })
+
+    onPostgresOnly('with the plugin, that INSERT rejects with the connection\'s error and the process goes on writing', async () => {
+      const { code, result, stderr } = await endedCopy('app')
+      expect({ code, result, stderr: stderr.match(/TypeError.*/)?.[0] }).toEqual({ code: 0, result: JSON.stringify({ insert: { rejected: '57P01' }, written: true }), stderr: undefined })
+    })
+  })
+
   describe('disconnect (lib/cap/lifecycle.ts)', () => {
     test("a database service disconnects through its own `disconnect` on cds 'shutdown', so replacing it on the instance runs first", async () => {
       const { stdout } = await promisify(execFile)(process.execPath, [path.join(__dirname, 'support', 'contract-child.js')], {

@@ -1,4 +1,6 @@
+import cds from '@sap/cds'
 import { createHash } from 'crypto'
+import { createRequire } from 'module'
 
 /**
  * CAP internal: what `tx.dbc` is. @cap-js/sqlite hands out a better-sqlite3 `Database` (v2) or its wrapper around
@@ -42,6 +44,12 @@ export async function executeOnSqlite(connection: unknown, sql: string, params: 
   const statement = statementOn(connection as SqliteConnection, sql)
   if (reads) return { rows: statement.all(params), changes: 0 }
   return { rows: [], changes: Number(statement.run(params).changes) }
+}
+
+/** `pg`'s Client class as @cap-js/postgres resolves it (its own dependency, maybe not the app's `pg`). */
+export function postgresClient<C = unknown>(): C {
+  const fromPostgresService = createRequire(require.resolve('@cap-js/postgres', { paths: [cds.root, __dirname] }))
+  return (fromPostgresService('pg') as { Client: C }).Client
 }
 
 interface PgClient {

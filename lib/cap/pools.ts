@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { AsyncLocalStorage } from 'async_hooks'
-import { createRequire } from 'module'
 import { LOG } from '../log'
+import { postgresClient } from './drivers'
 
 interface PooledConnection {
   open?: boolean
@@ -93,8 +93,7 @@ let connectHooked = false
 function listenFromConnect(): void {
   if (connectHooked) return
   connectHooked = true
-  const fromPostgresService = createRequire(require.resolve('@cap-js/postgres', { paths: [cds.root, __dirname] }))
-  const { Client } = fromPostgresService('pg') as { Client: { prototype: { connect: Connect } } }
+  const Client = postgresClient<{ prototype: { connect: Connect } }>()
   const connect = Client.prototype.connect
   Client.prototype.connect = function (this: PooledConnection, ...args: unknown[]) {
     creating.getStore()?.(this)

@@ -21,6 +21,13 @@ import { BrokerUnavailable, type BrokerAvailability } from './availability'
  */
 const MAX_RECONNECT_DELAY = 1000
 
+/** Redis's replies to credentials it does not take: a wrong password or user, none given, one it does not expect. */
+const REFUSED_CREDENTIALS = /^(WRONGPASS|NOAUTH|ERR AUTH)\b/
+/** A refusal of the credentials is an error for an operator to fix, said again while it lasts, at most this often. */
+const REFUSAL_REPEAT = 60_000
+/** When the refusal of a URL's credentials was last said: the links of one service (and of services bound alike) share it. */
+const refusalsSaid = new Map<string, number>()
+
 /** What the link uses of a node-redis client (v4 to v6 alike): raw commands only (replies read in lib/messaging/stream-entries.ts). */
 interface Client {
   readonly isReady: boolean
@@ -39,6 +46,7 @@ interface RedisModule {
 }
 
 export interface LinkLog {
+  error(...args: unknown[]): void
   warn(...args: unknown[]): void
   info(...args: unknown[]): void
   debug(...args: unknown[]): void
@@ -73,7 +81,7 @@ export class RedisLink implements BrokerAvailability {
    * that a relay waits for the broker in the queue, not in a client buffer. `commandTimeout` (ms): how long a command
    * may go unanswered (beyond the time it blocks by itself) before Redis counts as unavailable.
    */
-  constructor(url: string, private readonly what: string, private readonly log: LinkLog, private readonly failFast: boolean, private readonly commandTimeout: number) {
+  constructor(private readonly url: string, private readonly what: string, private readonly log: LinkLog, private readonly failFast: boolean, private readonly commandTimeout: number) {
     this.client = this.module.createClient({
       url,
       disableOfflineQueue: failFast,
@@ -197,12 +205,27 @@ export class RedisLink implements BrokerAvailability {
   private failed(error: Error): void {
     if (this.closed) return
     this.failures++
+    const refusal = REFUSED_CREDENTIALS.exec(error.message)?.[1]
+    if (refusal) return this.refused(refusal)
     const reason = (error as { code?: string }).code ?? error.message
     if (this.failures === 1) this.log.warn(`${this.what}: connection lost or refused (${reason}); reconnecting with backoff`)
     else this.log.debug(`${this.what}: reconnection attempt ${this.failures} failed (${reason})`)
   }
 
+  /** Redis's reply names the refusal only (never the password); the line says where to fix it. */
+  private refused(reply: string): void {
+    const said = refusalsSaid.get(this.url)
+    if (said !== undefined && Date.now() - said < REFUSAL_REPEAT) {
+      this.log.debug(`${this.what}: reconnection attempt ${this.failures} failed (${reply})`)
+      return
+    }
+    refusalsSaid.set(this.url, Date.now())
+    this.log.error(`${this.what}: Redis refused the credentials (${reply}): check the password in the service's credentials ` +
+      '(its binding); retrying with backoff, this error repeats at most once a minute')
+  }
+
   private recovered(): void {
+    refusalsSaid.delete(this.url)
     if (this.failures) this.log.info(`${this.what}: connected again after ${this.failures} failed attempts`)
     this.failures = 0
     // a new connection answers: whatever went unanswered on the old one is gone with it

@@ -13,7 +13,8 @@ describe('faults: PostgreSQL outage', () => {
   test('the database stops for 5 s mid-drain: instances log it, back off, recover without restart, lose nothing', async () => {
     await enqueueFromAnotherProcess(pg.db, MESSAGES, {}, { deploy: true })
     const queue = { timeout: '3s', concurrency: 5, pollInterval: '500ms' }
-    const env = { HANDLER_MS: '40', CDS_LOG_LEVELS_QUEUE: 'info' }
+    // the handlers write their records with CQL INSERT, as an app does (test/support/counting.js)
+    const env = { HANDLER_MS: '40', CDS_LOG_LEVELS_QUEUE: 'info', RECORDS_BY: 'cql' }
     for (const name of ['A', 'B']) pg.running.push(await startInstance(pg.db, { name, queue, env: { ...env } }))
     await waitFor(async () => (await counts(pg.query)).handled >= MESSAGES / 5, { timeout: 60000, what: 'a fifth of the drain' })
     const before = await counts(pg.query)
@@ -43,5 +44,7 @@ describe('faults: PostgreSQL outage', () => {
       handledBeforeOutage: before.handled, outageMs: up - down, drainAfterRestartMs: recovered - up,
       logLines: pg.running.map(c => c.output.split('\n').filter(l => /\[queue\]/.test(l)).length)
     }))
-  })
+    // on the portable store the drain after the restart took 47-79 s on the shared machine, the whole test 113-164 s,
+    // and over 180 s beside another fault suite
+  }, 300000)
 })

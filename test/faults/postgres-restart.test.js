@@ -20,7 +20,7 @@ describe('faults: PostgreSQL restarts while the pool opens connections', () => {
     // generic-pool evicts connections idle for 5 ms every 5 ms: each batch of handlers creates its connections anew
     const churning = { ...pg.db, pool: { min: 0, max: 10, idleTimeoutMillis: 5, evictionRunIntervalMillis: 5 } }
     const queue = { timeout: '3s', concurrency: 10, pollInterval: '200ms' }
-    const child = await startInstance(churning, { name: 'A', queue, env: { CDS_LOG_LEVELS_QUEUE: 'info' } })
+    const child = await startInstance(churning, { name: 'A', queue, env: { CDS_LOG_LEVELS_QUEUE: 'info', RECORDS_BY: 'cql' } })
     pg.running.push(child)
     // cds serve logs an uncaught error, then shuts down (exit code 0)
     const alive = () => ({ exitCode: child.exitCode, uncaught: child.output.match(/Uncaught .*/g) ?? [] })

@@ -7,16 +7,14 @@
  * waiting when `req.queue.signal` aborts), SLOW_EVERY/SLOW_MS (every n-th message by `data.n` waits SLOW_MS instead),
  * SIDE_EFFECTS (a file: each run first appends the message ID there, outside the transaction, like a remote call),
  * HOLD_TX (the handler's transaction runs a statement before it waits, so it holds a pooled connection meanwhile),
- * REMOTE_URL (where the `call` handler sends its request).
+ * REMOTE_URL (where the `call` handler sends its request), RECORDS_BY=cql (records written with CQL INSERT, see
+ * counting.js). POST /inbound hands an event to the inboxed `inbox` service.
  */
 const fs = require('fs')
 const path = require('path')
 
 process.chdir(path.join(__dirname, '..', 'app'))
 const cds = require('@sap/cds')
-// The handlers' writes use plain SQL (insertRecord), not CQL INSERT: @cap-js/postgres 2.3 sends CQL INSERT entries
-// through a COPY parameter stream, and when the database goes away in the middle of one, it throws outside any
-// promise (ParameterStream.flushChunk), which `cds serve` turns into a shutdown. The outage suite is about the queue.
 const { insertRecord, serveCounting } = require('./counting')
 
 const { HANDLER_MS = '0', SLOW_EVERY, SLOW_MS = '0', SIDE_EFFECTS, HOLD_TX } = process.env
@@ -70,6 +68,19 @@ cds.on('served', async () => {
 cds.on('served', async () => {
   const messaging = await cds.connect.to('messaging')
   messaging.on('legacyPing', req => insertRecord('messaging', String(req.data.n), process.env.INSTANCE))
+})
+// POST /inbound { id }: an event arrives for the inboxed `inbox` service as a broker adapter hands it over (answered
+// once its inbox row committed); its subscriber records it. A redelivered id is dropped by the inbox's receipts.
+cds.on('bootstrap', app => {
+  app.post('/inbound', require('express').json(), async (req, res) => {
+    const inbox = await cds.connect.to('inbox')
+    await inbox.processInboundMsg({ user: cds.User.privileged }, { event: 'orders/received', data: { id: req.body.id }, headers: { id: req.body.id } })
+    res.json({ received: req.body.id })
+  })
+})
+cds.on('served', async () => {
+  const inbox = await cds.connect.to('inbox')
+  inbox.on('orders/received', msg => insertRecord('inbound', msg.data.id, process.env.INSTANCE))
 })
 // POST /schedule { n, after, as }: a `record` task for Target, due `after` (a duration) from now by this process's clock.
 cds.on('bootstrap', app => {

@@ -48,9 +48,13 @@ async function queued(database) {
   return Number(row.count)
 }
 
-/** The broker service of both apps: redis-streams on the suite's server; the consumer's is inboxed. */
+/**
+ * The broker service of both apps: redis-streams on the suite's server (by `credentials.uri`; without `redis`, from
+ * the binding in the process's VCAP_SERVICES, as on SAP BTP); the consumer's is inboxed.
+ */
 function brokerConfig(redis, own = {}) {
-  return { broker: { kind: 'redis-streams', credentials: { uri: redis.url }, format: 'cloudevents', claimAfter: '2s', ...own } }
+  const credentials = redis ? { credentials: { uri: redis.url } } : {}
+  return { broker: { kind: 'redis-streams', ...credentials, format: 'cloudevents', claimAfter: '2s', ...own } }
 }
 
 /**
@@ -66,15 +70,16 @@ const QUEUE = { timeout: '2s', pollInterval: '500ms', backoff: { base: '100ms', 
 
 /**
  * `queue`: queue options instead of the suite's (QUEUE); `broker`: options of the broker service beside brokerConfig's;
- * `env`: the process's environment beside the suite's (e.g. CDS_LOG_LEVELS_QUEUE: 'info', to read the queue's log).
+ * `env`: the process's environment beside the suite's (e.g. CDS_LOG_LEVELS_QUEUE: 'info', to read the queue's log; a
+ * binding in VCAP_SERVICES and NODE_EXTRA_CA_CERTS).
  */
 function startProducer(database, redis, { deploy = false, queue = QUEUE, broker = {}, env } = {}) {
   return startInstance(database, { name: 'producer', script: '../broker/support/producer.js', deploy, queue, requires: brokerConfig(redis, broker), env })
 }
 
-/** `execArgv`: Node's options for the consumer's process (e.g. a small container's heap); `queue`: as for the producer. */
-function startConsumer(database, redis, { deploy = false, execArgv, queue = QUEUE } = {}) {
-  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, execArgv, queue, requires: brokerConfig(redis, { inboxed: true }) })
+/** `execArgv`: Node's options for the consumer's process (e.g. a small container's heap); `queue`, `env`: as for the producer. */
+function startConsumer(database, redis, { deploy = false, execArgv, queue = QUEUE, env } = {}) {
+  return startInstance(database, { name: 'consumer', script: '../broker/support/consumer.js', deploy, execArgv, queue, requires: brokerConfig(redis, { inboxed: true }), env })
 }
 
 /** The consumer's name in its group: redis-streams names a process by host and PID. */
