@@ -47,7 +47,8 @@ describe('SQLite drivers', () => {
 
   test("sql.js with store: 'native' fails the start with an error naming the option, the database and what is allowed", async () => {
     const { code, stderr } = await run({ kind: 'sqlite', driver: 'sql.js', credentials: memory }, { store: 'native' })
-    expect(code).toBe(3)
+    // the start's configuration error ends the process as CAP's start errors do (lib/start-failure.ts)
+    expect(code).toBe(1)
     expect(stderr).toContain(`Invalid cds.requires.queue.store: "native". The database (kind 'sqlite' with driver 'sql.js') has no native store`)
     expect(stderr).toContain("Expected 'auto' or 'portable' here.")
   })

@@ -1,7 +1,8 @@
 // Connects the test app to the database of CDS_CONFIG (run with cwd = test/app), starts the runner as serving does,
 // queues one message, flushes and prints as JSON which store ran it, what the handler saw and whether the database's
 // clock, read as the queue reads it, said a time within its round trip (the database runs in this process: the same
-// clock, to the millisecond). A start that fails prints its error and exits 3.
+// clock, to the millisecond). A start that fails prints its error and exits 3; a configuration error ends it with 1
+// before that, as it ends an app's start (lib/start-failure.ts).
 const cds = require('@sap/cds')
 const { readDatabaseClock } = require('../../lib/store/database-time')
 
