@@ -14,6 +14,7 @@ import { brokerWaits } from './broker-waits'
 import { contextFor, dispatchInTx, runtimeInfo, serviceOf, sessionKey, traced } from './dispatch'
 import { throwIfTenantGone } from './lease'
 import { ClaimsLost, failed, failedTogether, isOccurrence, succeeded } from './outcomes'
+import { clock } from '../time/clock'
 
 /**
  * The relay of outbound messages in batches: the messages of a slot bound for a messaging service the relay publishes
@@ -48,8 +49,8 @@ export interface Relayable extends SlotEntry {
 /** A service the relay publishes to in batches (see above). */
 type Publisher = cds.Service & Partial<BatchPublisher>
 
-/** The broker's answer to one message; never a rejected promise, so that answers may wait to be read. */
-type Answer = { accepted: true } | { accepted: false; error: unknown }
+/** The broker's answer to one message, and when it came; never a rejected promise, so that answers may wait to be read. */
+type Answer = { accepted: true; at: number } | { accepted: false; error: unknown }
 
 /**
  * Relays those of `entries` that are outbound messages for a messaging service the relay publishes to in batches,
@@ -82,30 +83,40 @@ export async function relayWhatCan<T extends Relayable>(entries: T[], queue: Que
  */
 async function relay(relayed: { entry: Relayable; srv: Publisher }[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
   const answered: Promise<void>[] = []
-  const together: Relayable[] = []
-  const alone: { entry: Relayable; srv: Publisher }[] = []
+  const together: Accepted[] = []
+  const alone: Accepted[] = []
   for (const group of groupBy(relayed, ({ entry, srv }) => `${srv.name} ${sessionKey(entry.message)}`).values()) {
     const started = group.filter(({ entry }) => entry.start() || void (results[entry.index] = { outcome: failed(entry.signal.reason, entry.row, queue) }))
     if (!started.length) continue
     const answers = publish(started[0].srv, started.map(({ entry }) => entry))
-    started.forEach((relayed, i) => answered.push(answers[i].then(answer => {
-      const { entry, srv } = relayed
+    started.forEach(({ entry, srv }, i) => answered.push(answers[i].then(answer => {
       if (!answer.accepted) return void (results[entry.index] = { outcome: failed(answer.error, entry.row, queue), message: entry.message })
-      if (hasSucceededCallback(srv, entry.message)) alone.push(relayed)
-      else together.push(entry)
+      const accepted = { entry, srv, at: answer.at }
+      if (hasSucceededCallback(srv, entry.message)) alone.push(accepted)
+      else together.push(accepted)
     })))
   }
   await Promise.all(answered)
   if (together.length) await completeTogether(together, queue, store, results)
-  for (const { entry, srv } of alone) results[entry.index] = await recordSuccess(entry, srv, queue, store)
+  for (const accepted of alone) results[accepted.entry.index] = await recordSuccess(accepted, queue, store)
 }
+
+/** A relayed message the broker accepted `at` (see `Outcome`), for the service `srv`. */
+interface Accepted {
+  entry: Relayable
+  srv: Publisher
+  at: number
+}
+
+/** What an accepted message comes to once its success is written. */
+const done = ({ entry, at }: Accepted): AttemptResult => ({ outcome: { kind: 'succeeded', answeredAt: at }, message: entry.message })
 
 /**
  * Publishes `entries`, messages of one session for `srv`, at once: per entry, in order, the broker's answer, each in
  * the span of its attempt (see `traced`).
  */
 function publish(srv: Publisher, entries: Relayable[]): Promise<Answer>[] {
-  const answered = (sent: Promise<unknown>) => sent.then((): Answer => ({ accepted: true }), (error: unknown): Answer => ({ accepted: false, error }))
+  const answered = (sent: Promise<unknown>) => sent.then((): Answer => ({ accepted: true, at: clock.now() }), (error: unknown): Answer => ({ accepted: false, error }))
   if (!publishesBatches(srv)) {
     // dispatched as each would be alone (dispatch.ts), all at once
     return entries.map(({ row, message, signal }) => answered(traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), async () => {}, { claimed: row }))))
@@ -137,7 +148,8 @@ function publish(srv: Publisher, entries: Relayable[]): Promise<Answer>[] {
  * Deletes the rows of `entries` in one statement, in one transaction: all of them, or (a claim lost meanwhile) none,
  * and then they go back to the queue without counting an attempt.
  */
-async function completeTogether(entries: Relayable[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
+async function completeTogether(accepted: Accepted[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
+  const entries = accepted.map(({ entry }) => entry)
   try {
     await inTransactionOf(entries, store, async () => {
       const deleted = await store.completeAll(entries.map(entry => entry.claim))
@@ -147,14 +159,15 @@ async function completeTogether(entries: Relayable[], queue: QueueSettings, stor
     for (const entry of entries) results[entry.index] = { outcome: failedTogether(error, entry.row, queue), message: entry.message }
     return
   }
-  for (const entry of entries) {
-    entry.committed()
-    results[entry.index] = { outcome: { kind: 'succeeded' }, message: entry.message }
+  for (const one of accepted) {
+    one.entry.committed()
+    results[one.entry.index] = done(one)
   }
 }
 
 /** A relayed message's success as a dispatched one's is written (its completion and callback), in a transaction of its own. */
-async function recordSuccess(entry: Relayable, srv: Publisher, queue: QueueSettings, store: QueueStore): Promise<AttemptResult> {
+async function recordSuccess(accepted: Accepted, queue: QueueSettings, store: QueueStore): Promise<AttemptResult> {
+  const { entry, srv } = accepted
   const { row, claim, message } = entry
   try {
     await inTransactionOf([entry], store, () => succeeded(row, claim, message, queue, store, srv, undefined))
@@ -162,7 +175,7 @@ async function recordSuccess(entry: Relayable, srv: Publisher, queue: QueueSetti
     return { outcome: failed(error, row, queue), message }
   }
   entry.committed()
-  return { outcome: { kind: 'succeeded' }, message }
+  return done(accepted)
 }
 
 /**
