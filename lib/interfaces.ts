@@ -279,7 +279,11 @@ export interface StoredMessage {
 
 /** What an attempt came to. */
 export type Outcome =
-  | { kind: 'succeeded' }
+  /**
+   * `answeredAt`: when the broker accepted a relayed message (lib/runner/relay.ts), which may be well before its outcome
+   * is settled (after its batch's completion): a success that is no news of the broker since a wait began.
+   */
+  | { kind: 'succeeded'; answeredAt?: number }
   /**
    * `retryAfter`: the delay is what the error's Retry-After asked for, not the backoff; `dueAt`: it named an instant,
    * which is the next attempt's due time (else it is `delay` after the recorded attempt).

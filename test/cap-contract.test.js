@@ -483,6 +483,16 @@ describe('CAP contracts', () => {
       expect(sourceNamesProcess(bus)).toBe(true)
     })
 
+    test("a broker adapter hands an outbound message to its broker in `handle`, without the service's handlers: a `before` handler does not see it", async () => {
+      const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'contract-bus-')), 'bus')
+      const bus = await cds.connect.to('contractHandlers', { kind: 'file-based-messaging', file, outboxed: false })
+      const seen = []
+      bus.before('*', msg => void seen.push(msg.event))
+      await bus.emit('contract/out', { n: 1 })
+      expect(seen).toEqual([])
+      expect(fs.readFileSync(file, 'utf8')).toContain('contract/out {"data":{"n":1}')
+    })
+
     test('processInboundMsg marks a message inbound and queues it through the global cds.queued when `inboxed` is an object', async () => {
       const { isInboundMessage } = require('../lib/cap/messaging')
       const inbox = await cds.connect.to('contractInbox')

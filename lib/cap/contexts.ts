@@ -20,9 +20,9 @@ export function contextWithTransaction(init: object, tx: DatabaseTransaction): o
   return ctx
 }
 
-/** Runs `fn` with `ctx` as `cds.context`. */
-export function runInContext<T>(ctx: object, fn: () => Promise<T>): Promise<T> {
-  return (cds as unknown as { _with(ctx: unknown, fn: () => Promise<T>): Promise<T> })._with(ctx, fn)
+/** Runs `fn` with `ctx` as `cds.context`; what it returns. */
+export function runInContext<T>(ctx: object, fn: () => T): T {
+  return (cds as unknown as { _with(ctx: unknown, fn: () => T): T })._with(ctx, fn)
 }
 
 /**

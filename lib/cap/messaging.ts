@@ -11,7 +11,12 @@ import { runInContext } from './contexts'
  *   inbox (`cds.queued(srv)`) when the service is `inboxed`: it resolves once that transaction committed (the inbox
  *   row, or the subscriber's own writes) and rejects when it failed, so a broker acknowledges only after it resolved;
  * - `msg._fromOutbox` marks a message a queue relays: CAP's Redis and AMQP adapters then fail at once while their
- *   connection is down, instead of holding the message until the connection is back.
+ *   connection is down, instead of holding the message until the connection is back;
+ * - an adapter's `handle` hands an outbound message to its broker itself, without the phases of `cds.Service`'s
+ *   `handle`: no `before`, `on` or `after` handler of the service runs for it (the relay, lib/runner/relay.ts, has
+ *   none to keep when it publishes a batch);
+ * - the Redis adapter's outbound `handle` (`redis-messaging`) is a PUBLISH on its node-redis client and nothing else,
+ *   so several may run at once: the client writes the commands issued in one tick together, one round trip.
  *
  * CAP internals of its messaging services that the consumer half relies on (lib/wire.ts, lib/receipts/inbox.ts):
  * - outbound, `prepareHeaders` (called as the message is handed to the broker) sets CloudEvents' `id` and `time`
@@ -75,6 +80,14 @@ export async function deliverInbound(srv: cds.MessagingService, tenant: string |
 /** Marks a message the queue relays, so that CAP's broker adapters fail fast while disconnected. */
 export function markRelayed(event: object): void {
   ;(event as { _fromOutbox?: boolean })._fromOutbox = true
+}
+
+/**
+ * Whether `srv` is CAP's Redis adapter, whose outbound messages may be dispatched at once to go out together (see
+ * above); by its configured kind, so a kind of the app's own built on it is not taken for it.
+ */
+export function publishesConcurrently(srv: cds.Service): boolean {
+  return srv instanceof cds.MessagingService && (srv as { options?: { kind?: unknown } }).options?.kind === 'redis-messaging'
 }
 
 /** Whether `srv` is a messaging service and `msg` one it sends to its broker (not one it received). */

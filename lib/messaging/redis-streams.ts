@@ -8,6 +8,7 @@ import { compileRedisStreams, type Raw } from '../config'
 import type { RedisStreamsSettings } from '../interfaces'
 import { eventQueues } from '../plugin'
 import { registerAvailability } from './availability'
+import { publishAll, type OutboundMessage } from './batch-publisher'
 import { RedisLink } from './redis-link'
 import { StreamConsumer } from './stream-consumer'
 import { TenantDrops } from './tenant-drops'
@@ -60,11 +61,26 @@ export default class RedisStreamsMessaging extends MessagingService {
 
   override async handle(msg: object): Promise<unknown> {
     if ((msg as { inbound?: boolean }).inbound) return super.handle(msg)
+    await this.publish(msg, cds.context?.tenant ?? undefined)
+    return undefined
+  }
+
+  /**
+   * The relay's batches (lib/runner/relay.ts): each message as `handle` publishes it, their XADDs issued in one go, which
+   * the client writes to the connection together (node-redis sends the commands of a tick in one write): one round
+   * trip. Redis answers each XADD on its own, in order, so a refused entry fails its message only; a lost connection
+   * fails every message not answered yet.
+   */
+  [publishAll](messages: OutboundMessage[]): Promise<void>[] {
+    const tenant = cds.context?.tenant ?? undefined
+    return messages.map(msg => this.publish(msg, tenant))
+  }
+
+  /** Appends `msg` to its topic's stream, in `tenant`. */
+  private async publish(msg: object, tenant: string | undefined): Promise<void> {
     const message = outbound(this, msg)
     // Fails at once with BrokerUnavailable while Redis is away: the queue's relay waits for it without an attempt.
-    const fields = entryFields(message, cds.context?.tenant ?? undefined)
-    await this.publisher.send(['XADD', message.event, ...xaddArguments(this.settings.trim, fields)])
-    return undefined
+    await this.publisher.send(['XADD', message.event, ...xaddArguments(this.settings.trim, entryFields(message, tenant))])
   }
 
   /** Starts consuming once the app serves: its subscriptions are registered by then. */

@@ -8,6 +8,20 @@ import { clock } from '../time/clock'
 
 /** One attempt of one claimed message: settle what must not run, dispatch the rest, and say what it came to. */
 
+/** A claimed message of a slot, as its attempt sees it (slot.ts makes them from the slot's leases). */
+export interface SlotEntry {
+  row: MessageRow
+  claim: Claim
+  signal: AbortSignal
+  /** Called once the message's work has committed (its row is gone): its lease needs no more renewal. */
+  committed(): void
+  /**
+   * Marks the message as started, unless the runner has taken it back meanwhile (its signal aborted): false then.
+   * Synchronous, so a hand-back by the runner and the start of the message never overlap.
+   */
+  start(): boolean
+}
+
 export interface AttemptResult {
   outcome: Outcome
   message?: DecodedMessage
@@ -48,8 +62,12 @@ function withSequence(message: DecodedMessage, sequence: number | null | undefin
  * The row is deleted in that same transaction, so the handler's database writes and the completion commit or
  * roll back together.
  */
-export async function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
-  const prepared = prepare(row, queue)
+export function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
+  return attemptPrepared(prepare(row, queue), row, claim, queue, store, signal)
+}
+
+/** `attempt` of a row `prepare` has decoded already. */
+export async function attemptPrepared(prepared: Prepared, row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
   if (prepared.outcome) return prepared
   const message = prepared.message
   if (isOccurrence(row, message) && !(await stillScheduled(claim, store))) return { outcome: NOT_STARTED, message }

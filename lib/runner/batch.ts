@@ -3,14 +3,15 @@ import { contextWithTransaction, runInContext } from '../cap/contexts'
 import { beforeBegin } from '../cap/transactions'
 import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
-import type { Claim, MessageRow, QueueSettings } from '../interfaces'
+import type { Claim, QueueSettings } from '../interfaces'
 import type { BatchingStore, DatabaseTransaction } from '../store'
-import { prepare, type AttemptResult } from './attempt'
+import { prepare, type AttemptResult, type SlotEntry } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
-import { contextFor, eventFor, runtimeInfo, serviceOf, traced, type Service } from './dispatch'
+import { contextFor, eventFor, runtimeInfo, serviceOf, sessionKey, traced, type Service } from './dispatch'
 import { brokerWaits } from './broker-waits'
 import { throwIfTenantGone } from './lease'
-import { failed, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
+import { ClaimsLost, failed, failedTogether, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
+import { relayWhatCan } from './relay'
 import { wireHeaders } from '../wire'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -23,20 +24,7 @@ import { clock } from '../time/clock'
  * commit together. A retry or dead letter is recorded after the batch, as for a message run alone.
  */
 
-export interface BatchEntry {
-  row: MessageRow
-  claim: Claim
-  signal: AbortSignal
-  /** Called once the message's work has committed (its row is gone): its lease needs no more renewal. */
-  committed(): void
-  /**
-   * Marks the message as started, unless the runner has taken it back meanwhile (its signal aborted): false then.
-   * Synchronous, so a hand-back by the runner and the start of the message never overlap.
-   */
-  start(): boolean
-}
-
-interface Ready extends BatchEntry {
+interface Ready extends SlotEntry {
   message: DecodedMessage
   index: number
 }
@@ -47,23 +35,6 @@ interface ServiceTx extends Service {
   rollback(error?: unknown): Promise<unknown>
 }
 
-/** Some processed messages' rows were no longer claimed at the end of the batch: their work must not commit. */
-class BatchClaimLost extends Error {
-  constructor(expected: number, deleted: number) {
-    super(`${expected - deleted} of ${expected} messages of a batch were claimed by another process or deleted while it ran; the batch was rolled back`)
-    this.name = 'BatchClaimLost'
-  }
-}
-
-/**
- * Messages share a transaction only with the same tenant, user, locale and features: the database session of a
- * transaction carries them (`$user`, `$tenant`, localized views), set once when it begins.
- */
-function sessionKey(message: DecodedMessage): string {
-  const { tenant, locale, features } = message.context
-  return JSON.stringify([tenant, message.userId, locale, features])
-}
-
 /**
  * A transaction takes no further messages once it has run this long: it bounds how long a batch holds its locks
  * (on SQLite, the database's single write lock from its first write on) when handlers are slow.
@@ -71,11 +42,11 @@ function sessionKey(message: DecodedMessage): string {
 const TRANSACTION_TIME = 100
 
 /**
- * Runs the entries of one claim of one queue one after another, grouped by session, each group in as few
- * transactions as `TRANSACTION_TIME` allows; results in entry order. One after another: a batch is one of the
- * runner's `concurrency` slots.
+ * Runs the entries of one claim of one queue: the outbound messages the relay publishes in batches first (relay.ts),
+ * then the others one after another, grouped by session, each group in as few transactions as `TRANSACTION_TIME`
+ * allows; results in entry order. One after another: a batch is one of the runner's `concurrency` slots.
  */
-export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, store: BatchingStore): Promise<AttemptResult[]> {
+export async function attemptBatch(entries: SlotEntry[], queue: QueueSettings, store: BatchingStore): Promise<AttemptResult[]> {
   const results: AttemptResult[] = new Array(entries.length)
   const ready: Ready[] = []
   entries.forEach((entry, index) => {
@@ -84,7 +55,8 @@ export async function attemptBatch(entries: BatchEntry[], queue: QueueSettings, 
     if (prepared.outcome) return void (results[index] = { outcome: failed(entry.signal.reason, entry.row, queue) })
     ready.push({ ...entry, message: prepared.message, index })
   })
-  for (const group of groupBy(ready, entry => sessionKey(entry.message)).values()) {
+  const dispatched = await relayWhatCan(ready, queue, store, results)
+  for (const group of groupBy(dispatched, entry => sessionKey(entry.message)).values()) {
     for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), queue, store, results)
   }
   return results
@@ -153,7 +125,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
       }
       tenantPresent()
       const deleted = completed.length ? await store.completeAll(completed) : 0
-      if (deleted !== completed.length) throw new BatchClaimLost(completed.length, deleted)
+      if (deleted !== completed.length) throw new ClaimsLost(completed.length, deleted)
     })
   } catch (error) {
     // Nothing of the transaction committed: every message it took failed with it (all of them if it never began).
@@ -162,7 +134,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
     taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {
       await tx.rollback().catch(() => {})
-      results[entry.index] = error instanceof BatchClaimLost ? { outcome: { kind: 'deferred', dueAt: new Date(clock.now()) }, message: entry.message } : failedWith(entry, error)
+      results[entry.index] = { outcome: failedTogether(error, entry.row, queue), message: entry.message }
     }
     for (const entry of group.slice(0, taken)) results[entry.index] ??= failedWith(entry, error)
     return taken

@@ -120,7 +120,9 @@ export class BrokerWaits {
     const wait = this.waits.get(service)
     if (outcome.kind === 'succeeded') {
       this.failures.delete(service)
-      if (wait) this.end(wait)
+      // a relay the broker accepted before the wait began says nothing of it since (one of a batch answered before
+      // the broker went away, settled with its batch after another slot's relay found it away)
+      if (wait && !(outcome.answeredAt! < wait.since)) this.end(wait)
       return outcome
     }
     if (outcome.kind !== 'retry' && outcome.kind !== 'dead') {

@@ -16,6 +16,12 @@ function isCallback(event: string | undefined): boolean {
   return !!event && (event.endsWith(SUCCEEDED) || event.endsWith(FAILED))
 }
 
+/** Whether a success of `message` writes a `<event>/#succeeded` callback: someone listens, and it is no callback itself. */
+export function hasSucceededCallback(srv: cds.Service, message: DecodedMessage): boolean {
+  const { event } = message.request
+  return !isCallback(event) && hasHandlerFor(srv, event + SUCCEEDED)
+}
+
 /** The callback message to write for an outcome, or undefined if nobody listens or the message is a callback. */
 export function callbackFor(
   srv: cds.Service,

@@ -53,6 +53,15 @@ export function contextFor(message: DecodedMessage): Record<string, unknown> {
   return context
 }
 
+/**
+ * Messages share a transaction only with the same tenant, user, locale and features: the database session of a
+ * transaction carries them (`$user`, `$tenant`, localized views), set once when it begins.
+ */
+export function sessionKey(message: DecodedMessage): string {
+  const { tenant, locale, features } = message.context
+  return JSON.stringify([tenant, message.userId, locale, features])
+}
+
 /** The parts of a service the dispatcher uses, typed as CAP behaves (cds-types is narrower). */
 export interface Service {
   tx(ctx: object, fn: (tx: Service) => Promise<unknown>): Promise<unknown>

@@ -26,6 +26,22 @@ class ClaimLost extends Error {
   }
 }
 
+/** Some processed messages' rows were no longer claimed when their shared transaction ended: their work must not commit. */
+export class ClaimsLost extends Error {
+  constructor(expected: number, deleted: number) {
+    super(`${expected - deleted} of ${expected} messages of a batch were claimed by another process or deleted while it ran; the batch was rolled back`)
+    this.name = 'ClaimsLost'
+  }
+}
+
+/**
+ * What a message comes to whose transaction, shared with others, failed with `error`: as a failed attempt, or after
+ * `ClaimsLost` handed back without counting one (the release is guarded: a lost claim stays with its owner).
+ */
+export function failedTogether(error: unknown, row: MessageRow, queue: QueueSettings): Outcome {
+  return error instanceof ClaimsLost ? { kind: 'deferred', dueAt: new Date(clock.now()) } : failed(error, row, queue)
+}
+
 /** Whether a claimed row is an occurrence of a task (CAP's rows of older versions name no task, only `every`). */
 export function isOccurrence(row: MessageRow, message: DecodedMessage): boolean {
   return !!row.task || message.request.queue?.every !== undefined

@@ -2,8 +2,9 @@ import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueStore } from '../store'
 import { batches } from '../store/queue-store'
 import { claimOf } from '../store/rules'
-import { attempt, type AttemptResult } from './attempt'
-import { attemptBatch, type BatchEntry } from './batch'
+import { attemptPrepared, prepare, type AttemptResult, type SlotEntry } from './attempt'
+import { attemptBatch } from './batch'
+import { relayWhatCan } from './relay'
 import type { Held, Holdings } from './holdings'
 import { enqueueLease } from './reservations'
 import { Lease, Renewals, tenantGone } from './lease'
@@ -61,34 +62,34 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
 }
 
 function attemptAll(store: QueueStore, queue: QueueSettings, entries: Held[]): Promise<AttemptResult[]> {
-  if (entries.length === 1) {
-    const { row, lease } = entries[0]
-    lease.started = true
-    return attempt(row, lease.claim, queue, store, lease.signal).then(result => [result])
-  }
-  if (!batches(store)) return attemptInTurn(store, queue, entries)
-  const batch: BatchEntry[] = entries.map(({ row, lease }) => {
+  const slot: SlotEntry[] = entries.map(({ row, lease }) => {
     const start = () => !lease.signal.aborted && (lease.started = true)
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
   })
-  return attemptBatch(batch, queue, store)
+  return entries.length > 1 && batches(store) ? attemptBatch(slot, queue, store) : attemptInTurn(store, queue, slot)
 }
 
 /**
- * A slot's messages one after another, each in a transaction of its own: a store without savepoints (the portable
- * one) cannot share one. A message handed back before its turn does not start.
+ * A slot's messages one after another, each in a transaction of its own: a message alone, or a store without
+ * savepoints (the portable one), which cannot share one; but the outbound messages the relay publishes in batches
+ * first, together (relay.ts). A message handed back before its turn does not start.
  */
-async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: Held[]): Promise<AttemptResult[]> {
-  const results: AttemptResult[] = []
-  for (const entry of entries) {
-    const { row, lease } = entry
-    if (lease.signal.aborted) {
-      results.push({ outcome: failed(lease.signal.reason, row, queue) })
+async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: SlotEntry[]): Promise<AttemptResult[]> {
+  const results: AttemptResult[] = new Array(entries.length)
+  const prepared = entries.map(entry => prepare(entry.row, queue))
+  const decoded = entries.flatMap((entry, index) => {
+    const ready = prepared[index]
+    return ready.outcome ? [] : [{ ...entry, message: ready.message, index }]
+  })
+  await relayWhatCan(decoded, queue, store, results)
+  for (const [index, entry] of entries.entries()) {
+    if (results[index]) continue
+    if (!entry.start()) {
+      results[index] = { outcome: failed(entry.signal.reason, entry.row, queue) }
       continue
     }
-    lease.started = true
-    results.push(await attempt(row, lease.claim, queue, store, lease.signal))
-    lease.stop()
+    results[index] = await attemptPrepared(prepared[index], entry.row, entry.claim, queue, store, entry.signal)
+    entry.committed()
   }
   return results
 }

@@ -10,7 +10,8 @@ const cds = require('@sap/cds')
 const redis = suiteRedis({ password: 'secret' })
 startApp({
   requires: {
-    queue: { backoff: { base: 50, factor: 2, max: 500 } },
+    // one slot: a transaction's first event is relayed alone (claimed at enqueue), the rest in batches of up to 50
+    queue: { backoff: { base: 50, factor: 2, max: 500 }, concurrency: 1, batchSize: 50 },
     messaging: { kind: 'redis-messaging', credentials: { uri: `redis://default:secret@127.0.0.1:${redis.port}` } }
   },
   log: { levels: { 'redis-messaging': 'silent' } }
@@ -20,6 +21,30 @@ afterAll(async () => cds.unqueued(await cds.connect.to('messaging')).client.dest
 
 describe("CAP's redis-messaging with the plugin", () => {
   afterEach(() => DELETE.from(MESSAGES))
+
+  test("a transaction's events are published in a few round trips to Redis, not one each, each once under its message ID", async () => {
+    const client = require('redis').createClient({ url: redis.url })
+    const subscriber = client.duplicate()
+    await Promise.all([client.connect(), subscriber.connect()])
+    try {
+      const received = []
+      await subscriber.subscribe('relay/batched', message => received.push(JSON.parse(message)))
+      // read events the server processed: a pipeline of commands written at once is read in one (or a few)
+      const reads = async () => Number(/total_reads_processed:(\d+)/.exec(await client.sendCommand(['INFO', 'stats']))[1])
+      const messaging = await cds.connect.to('messaging')
+      const before = await reads()
+      await cds.tx(async () => {
+        for (let n = 0; n < 120; n++) await messaging.emit('relay/batched', { n })
+      })
+      await waitFor(async () => received.length === 120 && (await messages()).length === 0, { timeout: 60000, what: 'the relay of 120 events' })
+      const roundTrips = (await reads()) - before - 1
+      expect(received.map(m => m.data.n).sort((a, b) => a - b)).toEqual(Array.from({ length: 120 }, (_, n) => n))
+      expect(new Set(received.map(m => m['x-message-id'])).size).toBe(120)
+      expect(roundTrips).toBeLessThan(20)
+    } finally {
+      await Promise.all([subscriber.quit(), client.quit()])
+    }
+  })
 
   test('a relay while Redis is down waits without an attempt charged until Redis is back, then published', async () => {
     const messaging = await cds.connect.to('messaging')
