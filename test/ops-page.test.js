@@ -63,7 +63,9 @@ describe('the ops page backend', () => {
     const last = samples.at(-1)
     expect(last).toMatchObject({ pending: 1, processing: 0, dead: 0 })
     expect(last.relayLag).toBe(Math.floor((times.at(-1) - enqueued) / 1000))
-    expect(samples.map(s => s.relayLag)).toContain(0)
+    // grown across them: the first sample in the message's first second is not certain on a loaded machine (CI's
+    // .ci/run once took the first one 1 s after the commit), a smaller lag before the last one is
+    expect(Math.min(...samples.map(s => s.relayLag))).toBeLessThan(last.relayLag)
     expect(Math.max(...samples.map(s => s.relayLag))).toBe(last.relayLag)
 
     expect((await app.axios.get('/odata/v4/event-queues/lagHistory()', as())).status).toBe(401)
