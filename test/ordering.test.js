@@ -180,7 +180,7 @@ describe('ordering and concurrency', () => {
     // Revived (as the dead-letter service does), the head of o1 runs first, then its followers.
     healthy = true
     const [o1, o2] = (await deadLetters()).sort((x, y) => (x.orderingKey < y.orderingKey ? -1 : 1))
-    const { OperatorQueries } = require('../srv/event-queues-queries')
+    const { OperatorQueries } = require('../lib/ops/queries')
     const { settings } = require('../lib/plugin').eventQueues()
     await cds.tx(() => new OperatorQueries(settings.queues, settings.appid).revive([o1.ID]))
     await waitFor(async () => { await cds.flush(); return seen.length === 3 }, { what: 'key o1' })

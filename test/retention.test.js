@@ -3,7 +3,7 @@ const { startApp, onPostgres } = require('./support/app')
 const { MESSAGES, capRow } = require('./support/outbox')
 const { waitFor } = require('./support/wait')
 const { eventQueues } = require('../lib/plugin')
-const { Retention } = require('../lib/retention')
+const { Retention } = require('../lib/ops/retention')
 const cds = require('@sap/cds')
 
 // Dead letters of the default queue go after a day; slowQueue keeps its own; OwnQueue's go after 2 s, so the

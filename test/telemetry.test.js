@@ -66,7 +66,7 @@ describe('metrics', () => {
     expect(lag.attributes).toEqual({ 'messaging.system': 'cds_event_queues', 'messaging.destination.name': 'gauges' })
 
     // the same numbers as the operator service's statistics(), which counts with other queries
-    const { OperatorQueries } = require('../srv/event-queues-queries')
+    const { OperatorQueries } = require('../lib/ops/queries')
     const statistics = await cds.tx(() => new OperatorQueries(settings.queues, settings.appid).statistics())
     const operator = statistics.filter(s => s.queue === 'gauges').reduce((sum, s) => ({
       pending: sum.pending + s.pending, processing: sum.processing + s.processing, dead: sum.dead + s.dead, relayLag: Math.max(sum.relayLag, s.relayLag)
@@ -94,7 +94,7 @@ describe('metrics', () => {
   })
 
   test('a queue statistics sample is reused within its interval, shared while it runs, and read again after it', async () => {
-    const { QueueStatistics } = require('../lib/statistics')
+    const { QueueStatistics } = require('../lib/ops/statistics')
     let now = 0
     let queries = 0
     const statistics = new QueueStatistics(async () => [{ queue: 'q', pending: ++queries, processing: 0, dead: 0, relayLag: 0 }], 1000, () => now)

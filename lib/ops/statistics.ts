@@ -1,6 +1,6 @@
-import type { QueueSnapshot } from './interfaces'
-import { LOG } from './log'
-import { clock } from './time/clock'
+import type { QueueSnapshot } from '../interfaces'
+import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /** The statistics of every queue of one tenant at one moment. */
 export interface StatisticsSample {

@@ -1,12 +1,12 @@
 import { setImmediate as yielded } from 'timers/promises'
-import { groupBy } from './group-by'
-import type { QueueRegistry } from './queues'
-import type { DeletedMessage } from './interfaces'
-import type { QueueStore } from './store/queue-store'
-import { pruneExpired } from './receipts/receipts'
-import { countDeletedDeadLetters } from './telemetry/metrics'
-import { LOG } from './log'
-import { clock } from './time/clock'
+import { groupBy } from '../group-by'
+import type { QueueRegistry } from '../queues'
+import type { DeletedMessage } from '../interfaces'
+import type { QueueStore } from '../store/queue-store'
+import { pruneExpired } from '../receipts/receipts'
+import { countDeletedDeadLetters } from '../telemetry/metrics'
+import { LOG } from '../log'
+import { clock } from '../time/clock'
 
 /**
  * Retention. Dead letters older than their queue's `deadLetterRetention` (counted from their last attempt) are
