@@ -267,7 +267,7 @@ describe('ordering and concurrency', () => {
   })
 
   test('invalid ordering and concurrency options are refused with the option, the value and what is allowed', () => {
-    const { compileQueue } = require('../lib/config')
+    const { compileQueue } = require('../lib/config/queue')
     expect(() => compileQueue('q', { orderingKey: 'order ID' }, 'cds.requires.Orders.outboxed')).toThrow(
       'Invalid cds.requires.Orders.outboxed.orderingKey: "order ID". Expected a path into the event\'s data like \'ID\' or \'order.ID\', or a function req => key.'
     )

@@ -288,7 +288,7 @@ describe('scheduling', () => {
     })
 
     test('an unknown time zone fails configuration, naming the option', () => {
-      const { compileQueue } = require('../lib/config')
+      const { compileQueue } = require('../lib/config/queue')
       expect(() => compileQueue('q', { timezone: 'Mars/Olympus' }, 'cds.requires.queue')).toThrow(
         `Invalid cds.requires.queue.timezone: "Mars/Olympus". Expected an IANA time zone name like 'UTC' or 'Europe/Berlin'.`
       )

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
-import { DEFAULT_MESSAGE_ID_SOURCES } from '../config'
+import { DEFAULT_MESSAGE_ID_SOURCES } from '../config/receivers'
 import { storedError } from '../failures'
 import type { MessageIdSource, NewMessage, QueueSettings, ReceiptRef, ReceiverSettings } from '../interfaces'
 import type { QueueStore } from '../store'
