@@ -1,4 +1,4 @@
-import type { BrokerAvailability } from '../messaging/availability'
+import type { BrokerAvailability } from '../interfaces'
 
 /**
  * What CAP's messaging adapters (@sap/cds libx/_runtime/messaging) show of their broker connection, undocumented: the

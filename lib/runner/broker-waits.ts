@@ -2,8 +2,8 @@ import cds from '@sap/cds'
 import { isOutboundMessage } from '../cap/messaging'
 import type { DecodedMessage } from '../codec'
 import { errorLine, isProgrammingError, isUnrecoverable } from '../failures'
-import type { Outcome } from '../interfaces'
-import { availabilityOf, BrokerUnavailable, isBrokerUnavailable, type BrokerAvailability } from '../messaging/availability'
+import type { BrokerAvailability, BrokerWait, Outcome } from '../interfaces'
+import { availabilityOf, BrokerUnavailable, isBrokerUnavailable } from '../messaging/availability'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
 
@@ -38,17 +38,6 @@ export interface BrokerWaitsHost {
   pending(service: string): Promise<number>
   /** The broker of `service` is back: its rows' waiting marks are cleared; resolves with how many messages wait. */
   ended(service: string): Promise<number>
-}
-
-/** A wait as the operator surfaces show it: which service, since when (epoch ms), how many events (the last count). */
-export interface BrokerWait {
-  service: string
-  since: number
-  events: number | undefined
-  /** The first error that said so (its first line). */
-  reason: string
-  /** Begun by the circuit breaker: failures that did not say the broker was away. */
-  suspected: boolean
 }
 
 interface Wait extends BrokerWait {
