@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { hostname, userInfo } from 'os'
-import { dialectFor } from '../store/dialect'
+import { dialectFor } from '../store/dialects'
 import { resumed } from '../controls/operator'
 import { invalid } from '../errors'
 import { CHUNK, noSuchMessage, notDeadLetter, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../ops/queries'

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import type { RateLimitSettings } from '../interfaces'
-import { dialectFor } from '../store/dialect'
+import { dialectFor } from '../store/dialects'
 import { iso, millis } from '../store/rows'
 import { take, type Taken } from './rate-window'
 
