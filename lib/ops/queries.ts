@@ -76,7 +76,7 @@ export interface PendingSummary {
   lastError: string | null
 }
 
-export interface QueueStatistics extends ControlFields {
+export interface QueueStatisticsRow extends ControlFields {
   queue: string
   service: string | null
   event: string | null
@@ -312,7 +312,7 @@ export class OperatorQueries {
    * waiting (relay lag). Rows written by others count under their service once the runner has seen them. Each row
    * carries its queue's controls (pause, circuit breaker); a paused or broken queue without messages gets a row too.
    */
-  async statistics(now = clock.now()): Promise<QueueStatistics[]> {
+  async statistics(now = clock.now()): Promise<QueueStatisticsRow[]> {
     const pending = await this.count({ status: null }, true)
     const processing = await this.count({ status: PROCESSING }, true)
     const dead = await this.count({}, false)
