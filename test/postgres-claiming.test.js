@@ -177,7 +177,7 @@ describe('postgres: claiming', () => {
     const store = runner.store
     try {
       await cds.tx(() => store.reconcile(require('../lib/plugin').eventQueues().settings.queues.attemptLimits(), Date.now(), 60000))
-      await cds.tx(() => store.holdBack())
+      await cds.tx(() => store.park())
       await cds.tx(() => store.claim('explain', Date.now(), Date.now() + 60000, 0))
     } finally {
       Client.prototype.query = send
@@ -221,7 +221,7 @@ describe('postgres: claiming', () => {
       const { runner, settings } = require('../lib/plugin').eventQueues()
       try {
         await cds.tx(() => runner.store.reconcile(settings.queues.attemptLimits(), Date.now(), 60000))
-        await cds.tx(() => runner.store.holdBack())
+        await cds.tx(() => runner.store.park())
         await cds.tx(() => runner.store.claim('explain', Date.now(), Date.now() + 60000, 0))
       } finally {
         Client.prototype.query = send

@@ -258,7 +258,7 @@ export class OperatorQueries {
     return revived
   }
 
-  /** Deletes dead letters; a dead letter that held back its ordering key lets the key's next message run. */
+  /** Deletes dead letters; a dead letter that blocks its ordering key lets the key's next message run. */
   async remove(IDs: string[]): Promise<number> {
     let removed = 0
     for (const some of chunks(IDs)) {

@@ -22,7 +22,7 @@ import { fitsKeyColumn, recordProcessed, scopeOf } from './receipts'
  * data) within the message's topic.
  *
  * An inbound message its queue refuses (above `maxMessageSize`, an invalid ordering key) would be refused on every
- * redelivery, and a broker that redelivers it holds back the messages behind it: it is written as a dead letter
+ * redelivery, and a broker that redelivers it blocks the messages behind it: it is written as a dead letter
  * instead, which an operator sees, revives or deletes, and the broker gets its acknowledgement.
  */
 

@@ -129,7 +129,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
     })
   } catch (error) {
     // Nothing of the transaction committed: every message it took failed with it (all of them if it never began).
-    // After a lost claim, the claims still held are handed back without counting an attempt (the release is
+    // After a lost claim, the claims still ours are handed back without counting an attempt (the release is
     // guarded: a lost one stays with its owner).
     taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {

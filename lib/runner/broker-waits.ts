@@ -20,7 +20,7 @@ import { clock } from '../time/clock'
  * message of the service every `PROBE_INTERVAL`, whose failure charges nothing. Where errors cannot be told apart,
  * the service's circuit breaker begins a wait after `BREAKER.failures` consecutive failed relays (charged: the broker
  * may have refused each message); while it holds, nothing is charged, a message probes every `BREAKER.probeInterval`,
- * and a failed probe goes behind the others, so that one message the broker always refuses does not hold back the rest.
+ * and a failed probe goes behind the others, so that one message the broker always refuses does not delay the rest.
  */
 
 /** How often a message probes a broker that is away when its service does not tell when it is back. */

@@ -5,7 +5,7 @@ import { claimOf } from '../store/rules'
 import { attemptPrepared, prepare, type AttemptResult, type SlotEntry } from './attempt'
 import { attemptBatch } from './batch'
 import { relayWhatCan } from './relay'
-import type { Held, Holdings } from './holdings'
+import type { HeldMessage, Holdings } from './holdings'
 import { enqueueLease } from './reservations'
 import { Lease, Renewals, tenantGone } from './lease'
 import { failed } from './outcomes'
@@ -35,7 +35,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   const { holdings } = host
   const leaseUntil = rows[0].claimedAt + (reserved ? enqueueLease(queue) : queue.timeout)
   const renewals = new Renewals(queue.timeout, host.store, leaseUntil)
-  const entries: Held[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals) }))
+  const entries: HeldMessage[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals) }))
   const slot = holdings.start(queue, claimedBy, entries, reserved)
   let handBack: NodeJS.Timeout | undefined
   try {
@@ -61,7 +61,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   }
 }
 
-function attemptAll(store: QueueStore, queue: QueueSettings, entries: Held[]): Promise<AttemptResult[]> {
+function attemptAll(store: QueueStore, queue: QueueSettings, entries: HeldMessage[]): Promise<AttemptResult[]> {
   const slot: SlotEntry[] = entries.map(({ row, lease }) => {
     const start = () => !lease.signal.aborted && (lease.started = true)
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }

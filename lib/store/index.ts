@@ -13,7 +13,7 @@ import { reportedMissingTable } from './missing-tables'
 filterLog(reportedMissingTable)
 
 export type { DatabaseTransaction } from '../cap/transactions'
-export type { BatchingStore, HeldBack, QueueStore, Savepointed } from './queue-store'
+export type { BatchingStore, Parked, QueueStore, Savepointed } from './queue-store'
 
 /** Runs `fn` in a new transaction of its own (claims, outcomes), detached from any caller's transaction. */
 export function inOwnTransaction<T>(fn: () => Promise<T>): Promise<T> {

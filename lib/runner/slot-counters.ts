@@ -16,10 +16,10 @@ export function payloadBytes(rows: readonly MessageRow[]): number {
  * They also count the bytes of the messages they hold, so that what a process holds stays within `maxClaimBytes`
  * whatever the backlog.
  */
-export class Slots {
+export class SlotCounters {
   private used = 0
   /** Bytes of the stored messages (`msg`) the slots in use hold. */
-  private held = 0
+  private heldBytes = 0
   /** Bytes per message of the slot taken last: the size of the messages a claim expects (see `claimBounds`). */
   private lastMessageBytes = 0
   private readonly perQueue = new Map<string, { queue: QueueSettings; used: number }>()
@@ -57,7 +57,7 @@ export class Slots {
    * to the columns behind `msg`, so a claim of 500 rows in a backlog of large messages read them all to take 20.
    */
   claimBounds(chunkSize: number, slots = this.free): { limit: number; bytes: number; full: string[] } {
-    const bytes = Math.max(0, this.maxBytes - this.held)
+    const bytes = Math.max(0, this.maxBytes - this.heldBytes)
     let limit = Math.min(chunkSize, Math.min(slots, this.free) * this.batchSize)
     if (this.lastMessageBytes > 0) limit = Math.min(limit, Math.max(1, Math.ceil((2 * bytes) / this.lastMessageBytes)))
     const full: string[] = []
@@ -72,7 +72,7 @@ export class Slots {
   /** A slot of `queue` runs `messages` messages of `bytes` bytes. */
   take(queue: QueueSettings, bytes: number, messages: number): void {
     this.used++
-    this.held += bytes
+    this.heldBytes += bytes
     this.lastMessageBytes = bytes / messages
     const entry = this.perQueue.get(queue.name)
     if (entry) entry.used++
@@ -82,11 +82,11 @@ export class Slots {
   /**
    * Frees a slot of `queue` that held `bytes`; true when the runner should claim again. Refills come in batches, not
    * per slot (a claim per finished message would double the statements): once half of the runner's slots, or half of
-   * a queue's held at its own limit, are free.
+   * a queue's at its own limit, are free.
    */
   give(queue: QueueSettings, bytes: number): boolean {
     this.used--
-    this.held -= bytes
+    this.heldBytes -= bytes
     const used = this.usedBy(queue) - 1
     if (used > 0) this.perQueue.get(queue.name)!.used = used
     else this.perQueue.delete(queue.name)
@@ -100,4 +100,4 @@ export class Slots {
 }
 
 /** What the runner's loop reads of the slots: they change only through the transitions of `Holdings`. */
-export type SlotCounts = Pick<Slots, 'free' | 'freeFor' | 'claimBounds'>
+export type SlotCounts = Pick<SlotCounters, 'free' | 'freeFor' | 'claimBounds'>
