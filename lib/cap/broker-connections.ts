@@ -21,7 +21,7 @@ import type { BrokerAvailability } from '../interfaces'
  * - `kafka` (kafka.js): nothing; kafkajs retries by itself before an attempt fails.
  * Node's network error codes on a relay's error (or its `cause`) say the same for any adapter. Where nothing is told
  * apart, the messaging service's circuit breaker holds its relays back without charging them (broker-waits.ts).
- * Contract: test/cap-contract.test.js "broker connections".
+ * Contract: test/cap/cap-contract.test.js "broker connections".
  */
 
 const NOT_CONNECTED = new Set([
