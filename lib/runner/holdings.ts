@@ -60,6 +60,8 @@ export class Holdings {
   private readonly counters: SlotCounters
   /** The messages of running slots, until their slot ends: handed back at shutdown, never taken for orphans. */
   private readonly held = new Set<HeldMessage>()
+  /** Messages of running slots whose attempt has begun (`begin`); a batch's later messages wait for their turn. */
+  private readonly begun = new WeakSet<HeldMessage>()
   /** Messages of running slots that have ended (settled, handed back or abandoned): nothing more happens to them. */
   private readonly ended = new WeakSet<HeldMessage>()
   private readonly reservations = new Map<string, Reservation>()
@@ -125,6 +127,17 @@ export class Holdings {
     return slot
   }
 
+  /**
+   * The attempt of `held` begins, unless the runner has taken it back meanwhile (its signal aborted): false then.
+   * Synchronous, so a hand-back and the start of the message never overlap: a begun message is not handed back
+   * unstarted, and at shutdown it is released as a running handler's.
+   */
+  begin(held: HeldMessage): boolean {
+    if (held.lease.signal.aborted) return false
+    this.begun.add(held)
+    return true
+  }
+
   /** Logs and writes what one message's attempt came to, and tells its queue's gates and the monitor. */
   async settle(slot: Slot, held: HeldMessage, result: AttemptResult): Promise<void> {
     if (!this.closes(held)) return
@@ -147,7 +160,7 @@ export class Holdings {
    * process (`why`: for their signals). Their signals abort first, so none of them starts meanwhile.
    */
   async handBackUnstarted(slot: Slot, why: string): Promise<void> {
-    const rest = slot.entries.filter(held => !held.lease.started && this.closes(held))
+    const rest = slot.entries.filter(held => !this.begun.has(held) && this.closes(held))
     if (rest.length === 0) return
     for (const { row, lease } of rest) lease.abort(new AttemptAborted(`Message ${row.ID} was handed back: ${why}`, 'HANDED_BACK'))
     await this.handBack(rest.map(({ row }) => row), slot.claimedBy)
@@ -235,20 +248,21 @@ export class Holdings {
    * longer ours).
    */
   async handBackRunning(grace: number): Promise<void> {
-    const leases = [...this.held].map(({ lease }) => lease).filter(l => !tenantGone(l.signal))
-    const running = leases.filter(l => l.started)
-    const waiting = leases.filter(l => !l.started && !l.signal.aborted)
+    const held = [...this.held].filter(({ lease }) => !tenantGone(lease.signal))
+    const running = held.filter(h => this.begun.has(h)).map(({ lease }) => lease)
+    const waiting = held.filter(h => !this.begun.has(h) && !h.lease.signal.aborted).map(({ lease }) => lease)
     if (running.length + waiting.length === 0) return
     const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
     LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${grace} ms: aborting them and handing back their messages${rest}`)
     for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
     try {
       let [fromRunning, fromWaiting] = [0, 0]
+      const begun = new Set(running)
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
         await this.host.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
-            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date(clock.now()))
-            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date(clock.now()))
+            fromRunning += await this.host.store.release(leases.filter(l => begun.has(l)).map(l => l.claim), new Date(clock.now()))
+            fromWaiting += await this.host.store.release(leases.filter(l => !begun.has(l)).map(l => l.claim), new Date(clock.now()))
           })
         )
       }

@@ -48,8 +48,6 @@ export class Lease {
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
-  /** The message's attempt has begun; a batch's later messages wait for their turn (see slot.ts). */
-  started = false
   /** The tenant whose database holds the message (slots run in their tenant's context). */
   readonly tenant: string | undefined = cds.context?.tenant
 
