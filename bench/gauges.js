@@ -58,7 +58,7 @@ async function child() {
   const { cds } = await boot()
   const { eventQueues } = require(path.join(REPO, 'lib', 'plugin'))
   const { PortableStore } = require(path.join(REPO, 'lib', 'store', 'portable'))
-  const { OperatorQueries } = require(path.join(REPO, 'srv', 'event-queues-queries'))
+  const { OperatorQueries } = require(path.join(REPO, 'lib', 'ops', 'queries'))
   const { settings, runner, statistics } = eventQueues()
   const native = runner.store
   const portable = new PortableStore(settings.appid)

@@ -7,7 +7,7 @@
  *   medians of 20;
  * - commit → handler of single messages in a quiet tenant while another tenant drains 5,000 (up to 20, one at a
  *   time, while the drain lasts), p50 and max.
- * The recovery of a killed process's backlog is measured by test/multitenancy-recovery.sqlite.test.js. It measures;
+ * The recovery of a killed process's backlog is measured by test/multitenancy/multitenancy-recovery.sqlite.test.js. It measures;
  * it does not pass or fail.
  */
 const fs = require('fs')

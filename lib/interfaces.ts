@@ -323,3 +323,24 @@ export interface RedisStreamsSettings {
   /** How long a command may go unanswered (beyond its own blocking time) before Redis counts as unavailable. */
   commandTimeout: number
 }
+
+/** Whether a messaging service's broker is reachable now, and a call when it is again (for the relay that waits). */
+export interface BrokerAvailability {
+  readonly available: boolean
+  /** Calls `listener` each time the broker becomes available again; returns the function that stops it. */
+  onAvailable(listener: () => void): () => void
+}
+
+/**
+ * A relay's wait for its broker (lib/runner/broker-waits.ts) as the operator surfaces show it: which service, since
+ * when (epoch ms), how many events (the last count).
+ */
+export interface BrokerWait {
+  service: string
+  since: number
+  events: number | undefined
+  /** The first error that said so (its first line). */
+  reason: string
+  /** Begun by the circuit breaker: failures that did not say the broker was away. */
+  suspected: boolean
+}

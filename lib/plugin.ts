@@ -1,10 +1,10 @@
 import cds from '@sap/cds'
-import { Health } from './health'
+import { Health } from './ops/health'
 import { Inbox } from './receipts/inbox'
-import { Retention, type InTenant } from './retention'
+import { Retention, type InTenant } from './ops/retention'
 import { Runner } from './runner/runner'
 import { compileSettings, type Environment, type Settings } from './settings'
-import { QueueStatistics } from './statistics'
+import { QueueStatistics } from './ops/statistics'
 import type { QueueObservations } from './telemetry/metrics'
 import { withControls } from './controls/operator'
 

@@ -1,4 +1,6 @@
-import { canonical, compileQueue, DEFAULT_QUEUE, queueSetting, type Raw } from './config'
+import { canonical } from './config/keys'
+import { compileQueue, DEFAULT_QUEUE, queueSetting } from './config/queue'
+import type { Raw } from './config/values'
 import { describe, invalid } from './errors'
 import type { QueueSettings } from './interfaces'
 import { serviceOfOldRow, type AttemptLimits, type Retentions } from './store/rules'

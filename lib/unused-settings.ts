@@ -1,5 +1,5 @@
 import cds from '@sap/cds'
-import { closest } from './config'
+import { closest } from './config/keys'
 import type { ReceiverSettings } from './interfaces'
 import { LOG } from './log'
 

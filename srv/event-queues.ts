@@ -6,7 +6,7 @@ import { keepMethodBeside, requireRoles } from '../lib/cap/services'
 import { LagHistory, TenantLagHistories, type LagSample } from '../lib/ops/lag-history'
 import { eventQueues } from '../lib/plugin'
 import { parseDuration } from '../lib/time/durations'
-import { describeRows, messagesPerPage, noSuchMessage, notDeadLetter, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatistics } from './event-queues-queries'
+import { describeRows, messagesPerPage, noSuchMessage, notDeadLetter, OperatorQueries, readsMessages, type DeadLetterFilter, type QueueStatisticsRow } from '../lib/ops/queries'
 import { clock } from '../lib/time/clock'
 import { controlFields, UnknownQueue } from '../lib/controls/operator'
 import type { QueueControl } from '../lib/controls/table'
@@ -46,7 +46,7 @@ function filterOf(req: Request): DeadLetterFilter | undefined {
 function lagHistoryOf(queries: OperatorQueries, interval: number, multitenant: boolean): (tenant: string | undefined) => Promise<LagSample[]> {
   if (multitenant) {
     const counted = (tenant: string | undefined, at: number) =>
-      cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatistics[]>
+      cds.tx({ tenant, user: new cds.User.Privileged() }, () => queries.statistics(at)) as unknown as Promise<QueueStatisticsRow[]>
     const histories = new TenantLagHistories(counted, interval)
     if (cds.db) beforeDisconnect(cds.db, () => histories.stop())
     return tenant => histories.history(tenant)

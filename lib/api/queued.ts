@@ -2,7 +2,7 @@ import cds from '@sap/cds'
 import { isInboundMessage } from '../cap/messaging'
 import { isDatabaseService } from '../cap/services'
 import { assertSize, decode, encode, newMessage, type Additions, type Dispatchable, type Encoded } from '../codec'
-import { queueSetting } from '../config'
+import { queueSetting } from '../config/queue'
 import { invalid, QueueError } from '../errors'
 import type { QueueSettings } from '../interfaces'
 import { orderingKeyOf } from '../ordering'
@@ -132,7 +132,7 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
     const message = { ...newMessage(queue.name, encoded, after), orderingKey }
     // Due now, in no key's order and in no tenant: this process may run it right after the commit. In a tenant the
     // commit's wake-up claims it: with claims at enqueue, a quiet tenant's messages waited 450–520 ms (p50) behind
-    // another tenant's draining backlog instead of 9–28 ms (test/multitenancy.sqlite.test.js).
+    // another tenant's draining backlog instead of 9–28 ms (test/multitenancy/multitenancy.sqlite.test.js).
     if (!after && orderingKey === undefined && !context.tenant && (await claimAtEnqueue(runner, context, message, queue))) return undefined
     await runner.store.insert(message)
   }

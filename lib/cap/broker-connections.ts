@@ -1,4 +1,4 @@
-import type { BrokerAvailability } from '../messaging/availability'
+import type { BrokerAvailability } from '../interfaces'
 
 /**
  * What CAP's messaging adapters (@sap/cds libx/_runtime/messaging) show of their broker connection, undocumented: the
@@ -21,7 +21,7 @@ import type { BrokerAvailability } from '../messaging/availability'
  * - `kafka` (kafka.js): nothing; kafkajs retries by itself before an attempt fails.
  * Node's network error codes on a relay's error (or its `cause`) say the same for any adapter. Where nothing is told
  * apart, the messaging service's circuit breaker holds its relays back without charging them (broker-waits.ts).
- * Contract: test/cap-contract.test.js "broker connections".
+ * Contract: test/cap/cap-contract.test.js "broker connections".
  */
 
 const NOT_CONNECTED = new Set([

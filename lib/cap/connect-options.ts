@@ -6,7 +6,7 @@ import path from 'path'
  * there runs at that moment), decides from the copy's `outboxed` whether to queue the service, and loads a string
  * `impl` as a path from `cds.root` or else as a package (from `cds.root`, then `@sap/cds`). A messaging service an app
  * configures with `impl` only has no kind whose `outboxed: true` would queue it, so CAP's rule never queues it,
- * although every `cds.MessagingService` is queued by default. Contract: test/cap-contract.test.js "connect options".
+ * although every `cds.MessagingService` is queued by default. Contract: test/cap/cap-contract.test.js "connect options".
  */
 
 type Entry = Record<string, unknown>

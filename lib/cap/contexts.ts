@@ -5,7 +5,7 @@ import type { DatabaseTransaction } from './transactions'
  * CAP internal: an event context keeps the transactions of its services in a `transactions` registry (`_set`), which
  * `srv.tx(ctx)` consults; `cds._with(ctx, fn)` runs `fn` with `ctx` as `cds.context`. A batch gives each message an
  * event context of its own whose database transaction is that message's part of the batch's shared one.
- * Contract: test/cap-contract.test.js "event contexts".
+ * Contract: test/cap/cap-contract.test.js "event contexts".
  */
 
 interface EventContext {

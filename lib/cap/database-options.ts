@@ -3,7 +3,7 @@ import type cds from '@sap/cds'
 /**
  * CAP internal: a database service keeps its configuration in `db.options` (`credentials` as `cds.requires.db` has
  * them, incl. the names service bindings use on BTP, and `client` for driver options). The notifier opens a
- * connection of its own outside the pool with the same server, user and TLS. Contract: test/cap-contract.test.js
+ * connection of its own outside the pool with the same server, user and TLS. Contract: test/cap/cap-contract.test.js
  * "database options". The SQLite driver is read where @cap-js/sqlite's factory reads it (lib/store/choose.ts).
  */
 
@@ -54,7 +54,7 @@ export const SQLITE_BUSY_TIMEOUT = 5000
  * `lockWhenBegun`) and must not fail, with an attempt counted, because the CLI is writing. @cap-js/sqlite hands
  * `cds.requires.db.client` to its driver's constructor, and both drivers take `timeout` (the busy timeout, ms).
  * better-sqlite3 (cds 9) waits 5 s unless told; node:sqlite (@cap-js/sqlite 3, cds 10) does not wait at all; `wait`
- * ms here. A `timeout` the project configured is kept. Contract: test/cap-contract.test.js "database options".
+ * ms here. A `timeout` the project configured is kept. Contract: test/cap/cap-contract.test.js "database options".
  */
 export function waitingForOtherWriters(db: { kind?: string; client?: Record<string, unknown> }, wait = SQLITE_BUSY_TIMEOUT): void {
   if (db.kind === 'sqlite') db.client = { timeout: wait, ...db.client }

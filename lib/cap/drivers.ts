@@ -5,7 +5,7 @@ import { createRequire } from 'module'
 /**
  * CAP internal: what `tx.dbc` is. @cap-js/sqlite hands out a better-sqlite3 `Database` (v2) or its wrapper around
  * `node:sqlite` (v3), both with `prepare(sql).run/all(params)`; @cap-js/postgres a `pg` `Client`.
- * Contract: test/cap-contract.test.js "driver connections".
+ * Contract: test/cap/cap-contract.test.js "driver connections".
  */
 
 export interface Result {

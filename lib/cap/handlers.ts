@@ -4,7 +4,7 @@ import type cds from '@sap/cds'
  * CAP internal: a service lists its handlers in `srv.handlers.before` / `.on` / `.after`, each entry naming its event
  * and with a `for(req)` filter. CAP's own queue decides the same way whether anybody listens for a callback. CAP's
  * generic input processing (generated keys, defaults) runs after `srv.handle(req)` received a request, on cds 9 and
- * 10 (see `beforeInput`). Contract: test/cap-contract.test.js "handlers", "handlers: input".
+ * 10 (see `beforeInput`). Contract: test/cap/cap-contract.test.js "handlers", "handlers: input".
  */
 
 interface HandlerEntry {

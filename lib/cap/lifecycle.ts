@@ -3,7 +3,7 @@ import cds from '@sap/cds'
 /**
  * CAP internal: `cds.shutdown` disconnects every database service (`db.disconnect()`) at the same moment it emits
  * 'shutdown', destroying the connections running handlers still use. Replacing `disconnect` on the instance lets the
- * runner finish or hand back its messages first. Contract: test/cap-contract.test.js "disconnect".
+ * runner finish or hand back its messages first. Contract: test/cap/cap-contract.test.js "disconnect".
  */
 export function beforeDisconnect(db: cds.DatabaseService, before: () => Promise<void> | undefined): void {
   const service = db as unknown as { disconnect(tenant?: string): Promise<void> }
@@ -25,7 +25,7 @@ export function disconnect(db: cds.DatabaseService): Promise<void> {
  * consuming then. When a 'served' handler of the app fails, it prints the error and leaves the process to end by
  * itself, so nothing may have started by then that holds it open (a claim's pooled connection, the LISTEN
  * connection). Calls `started` at 'listening' there, at 'served' where the app serves itself. Contract:
- * test/cap-contract.test.js "lifecycle", test/startup.test.js.
+ * test/cap/cap-contract.test.js "lifecycle", test/runner/startup.test.js.
  */
 export function onStarted(started: () => void): void {
   cds.on('served', () => {

@@ -26,7 +26,7 @@ import { runInContext } from './contexts'
  * - inbound, every adapter hands a message to `processInboundMsg`, which marks it `inbound` and, where the service's
  *   `inboxed` (or `inbox`) option is truthy — an object too —, queues it through the global `cds.queued`.
  * Remote services (`kind: 'odata' | 'rest'`) send the headers of a request as HTTP request headers.
- * Contract: test/cap-contract.test.js "messaging".
+ * Contract: test/cap/cap-contract.test.js "messaging".
  */
 
 /** A message as CAP's messaging services carry it. */

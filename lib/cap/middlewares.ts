@@ -7,7 +7,7 @@ import type { ErrorRequestHandler, RequestHandler } from 'express'
  * @cap-js/graphql, not in CAP's types) is CAP's final error handler, which answers `next(401)` with the
  * authentication strategy's login challenge (`WWW-Authenticate` for basic and mocked users) and formats other
  * errors as the protocol adapters do.
- * Contract: test/cap-contract.test.js "middlewares".
+ * Contract: test/cap/cap-contract.test.js "middlewares".
  */
 
 type Middlewares = { before: RequestHandler[]; after: ErrorRequestHandler[] }

@@ -8,7 +8,7 @@ import { TABLE } from '../store/rules'
  * tenants (`getTenants()`, in process or in an MTX sidecar) and, served in process, runs `subscribe` and
  * `unsubscribe` with `req.data.tenant`. t0's table has none of the columns this plugin adds, and CQL inserts every
  * column the model knows; an INSERT into a table name the model does not know inserts just the columns given. MTX
- * comes as a plugin: `cds.env.plugins` lists it. Contract: test/multitenancy.sqlite.test.js "mtxs".
+ * comes as a plugin: `cds.env.plugins` lists it. Contract: test/multitenancy/multitenancy.sqlite.test.js "mtxs".
  */
 
 const DEPLOYMENT = 'cds.xt.DeploymentService'

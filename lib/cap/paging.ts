@@ -3,7 +3,7 @@
  * handlers leave it. CAP's own paging handler (`@cds.query.limit`, default 1000 rows) sets it before any other, and
  * the adapter answers with an `@odata.nextLink` when the result fills it; a handler that lowers it further makes
  * smaller pages with the same links, and a client that follows them gets every row.
- * Contract: test/cap-contract.test.js "paging".
+ * Contract: test/cap/cap-contract.test.js "paging".
  */
 
 interface PagedQuery {

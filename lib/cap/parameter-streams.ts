@@ -10,7 +10,7 @@ import { postgresClient } from './drivers'
  * written to null: a TypeError thrown from a stream callback, outside any promise, which ends `cds serve`. The plugin
  * runs the app's handlers during outages, so each such stream here fails its writes once its connection is gone
  * instead: the statement rejects with the server's error (which pg's handleError emitted), nothing is thrown.
- * Contract: test/cap-contract.test.js "parameter streams" (also tells when @cap-js/postgres handles it itself).
+ * Contract: test/cap/cap-contract.test.js "parameter streams" (also tells when @cap-js/postgres handles it itself).
  */
 
 type Callback = (error?: Error | null) => void

@@ -23,7 +23,7 @@ const creating = new AsyncLocalStorage<(connection: PooledConnection) => void>()
  * validation drops a connection whose `open` is false; a transaction gets its connection from `this.acquire()` when it
  * begins and gives it back with `this.release()`; its pool (`tx.pool`, set when it begins) says its size in `max`.
  * @cap-js/postgres creates a `pg` Client (its own dependency) in `create` and awaits its `connect()` there.
- * Contract: test/cap-contract.test.js "pools".
+ * Contract: test/cap/cap-contract.test.js "pools".
  *
  * @cap-js/postgres (2.x) attaches no 'error' listener to its pooled connections: when the database restarts, every
  * idle connection emits an uncaught error and `cds serve` shuts the whole app down. A queue must ride out a database

@@ -6,7 +6,7 @@ import cds from '@sap/cds'
  * with no option to leave a request out. The adapter reads `info` from the cached logger at each request, and
  * `cds.log(id, level)` re-assigns a logger's methods onto that same object (`Object.assign`) when its level changes.
  * So `info` becomes an accessor: what CAP assigns is kept, and what it reads is that function behind the filters.
- * Contract: test/cap-contract.test.js "request log".
+ * Contract: test/cap/cap-contract.test.js "request log".
  */
 
 type Log = (...args: unknown[]) => void

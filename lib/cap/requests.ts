@@ -4,7 +4,7 @@ import cds from '@sap/cds'
  * CAP internal: `srv.send(...)` builds its request from any of its argument forms and hands it to `this.dispatch`, so
  * calling it on an object whose `dispatch` returns the request reuses CAP's argument handling on every cds version;
  * `req.query.flat()` gives a query without its service-specific targets (`_target`, `__target`).
- * Contract: test/cap-contract.test.js "requests".
+ * Contract: test/cap/cap-contract.test.js "requests".
  */
 
 /** The request `srv.send(...args)` would dispatch. */

@@ -6,7 +6,7 @@ import cds from '@sap/cds'
  * db-service 2 of its own: its PostgresService is no `cds.DatabaseService` there); a service's `@requires` is read from its definition by the protocol adapters after `init()`,
  * so writing it there restricts the service exactly like a modelled `@requires`; CAP adds a method for each action of
  * an application service unless the service already has a method of that name, and skips one marked `_is_stub`.
- * Contract: test/cap-contract.test.js "services".
+ * Contract: test/cap/cap-contract.test.js "services".
  */
 
 export function isDatabaseService(srv: cds.Service): srv is cds.DatabaseService {

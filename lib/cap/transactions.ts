@@ -6,7 +6,7 @@ import cds from '@sap/cds'
  * `cds.db.tx(ctx)` returns the transaction a context already has, and that an ended root transaction marks its
  * context's `tx._done`. The store runs its statements on the driver connection of the caller's transaction instead of
  * through CAP's query pipeline, which costs more than the queue's small statements themselves.
- * Contract: test/cap-contract.test.js "database transactions".
+ * Contract: test/cap/cap-contract.test.js "database transactions".
  */
 
 /** CAP's database transaction as @cap-js/db-service implements it: the parts the store relies on. */

@@ -1,9 +1,9 @@
 import cds from '@sap/cds'
 import { hostname, userInfo } from 'os'
-import { dialectFor } from '../store/dialect'
+import { dialectFor } from '../store/dialects'
 import { resumed } from '../controls/operator'
 import { invalid } from '../errors'
-import { CHUNK, noSuchMessage, notDeadLetter, type DeadLetterFilter, type OperatorQueries, type QueueStatistics } from '../../srv/event-queues-queries'
+import { CHUNK, noSuchMessage, notDeadLetter, type DeadLetterFilter, type OperatorQueries, type QueueStatisticsRow } from '../ops/queries'
 import type { Invocation, Options } from './args'
 import { EXIT } from './exit-codes'
 import { firstLine, progress, seconds, table, writeJsonArray, type Streams } from './output'
@@ -26,7 +26,7 @@ const STATUS_HEADERS = ['QUEUE', 'SERVICE', 'EVENT', 'PENDING', 'PROCESSING', 'D
  * What holds a queue back, as the status table says it: an operator's pause, its circuit breaker, the broker a
  * messaging service's events wait for.
  */
-function stateOf(r: QueueStatistics): string {
+function stateOf(r: QueueStatisticsRow): string {
   if (r.paused) return `paused by ${r.pausedBy ?? 'an operator'}`
   if (r.breaker === 'open') return `breaker open until ${r.breakerUntil ?? '?'}`
   if (r.breaker === 'probing') return 'breaker probing'
@@ -56,7 +56,7 @@ async function status(session: Session, options: Options): Promise<number> {
  * `--max-lag` / `--max-dead`: a cron job or a probe can alert on the exit code alone. A paused queue lags on purpose:
  * its lag is named on stderr as not checked, and does not change the exit code.
  */
-function thresholds(rows: QueueStatistics[], options: Options, streams: Streams): number {
+function thresholds(rows: QueueStatisticsRow[], options: Options, streams: Streams): number {
   const exceeded: string[] = []
   if (options.maxLag !== undefined) {
     for (const r of rows.filter(r => r.relayLag * 1000 > options.maxLag!)) {

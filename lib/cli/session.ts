@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { existsSync } from 'fs'
 import { join } from 'path'
-import { OperatorQueries } from '../../srv/event-queues-queries'
+import { OperatorQueries } from '../ops/queries'
 import { SQLITE_BUSY_TIMEOUT, waitingForOtherWriters } from '../cap/database-options'
 import { metaTenant } from '../cap/mtxs'
 import { connectionFailures } from '../cap/pools'

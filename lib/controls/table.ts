@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import type { RateLimitSettings } from '../interfaces'
-import { dialectFor } from '../store/dialect'
+import { dialectFor } from '../store/dialects'
 import { iso, millis } from '../store/rows'
 import { take, type Taken } from './rate-window'
 
@@ -79,7 +79,7 @@ async function locked(appid: string | undefined, queue: string, columns: string[
  * Creates the row of `queue` unless it exists, writing its keys only: a transaction that created it at the same time
  * and committed first keeps what it wrote. Not CAP's UPSERT on SQLite and PostgreSQL: it writes every column, those it
  * is not given as its statement's snapshot saw the row, so on PostgreSQL a row created and written by another
- * transaction meanwhile lost what that one wrote (test/cap-contract.test.js "UPSERT"); instances starting together each
+ * transaction meanwhile lost what that one wrote (test/cap/cap-contract.test.js "UPSERT"); instances starting together each
  * took a rate limit's whole window. Elsewhere (HANA, the portable store's other target) CAP's UPSERT, untested here.
  */
 async function created(appid: string | undefined, queue: string): Promise<void> {

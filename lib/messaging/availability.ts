@@ -1,4 +1,5 @@
 import { capBrokerAvailability, isCapBrokerUnavailable } from '../cap/broker-connections'
+import type { BrokerAvailability } from '../interfaces'
 
 /**
  * A broker that is away, told apart from a broker that refuses a message (docs/MESSAGING.md#when-the-broker-is-away): the first is no failure of the
@@ -23,13 +24,6 @@ export class BrokerUnavailable extends Error {
  */
 export function isBrokerUnavailable(error: unknown): boolean {
   return (error as { code?: unknown } | undefined)?.code === 'BROKER_UNAVAILABLE' || isCapBrokerUnavailable(error)
-}
-
-/** Whether a messaging service's broker is reachable now, and a call when it is again (for the relay that waits). */
-export interface BrokerAvailability {
-  readonly available: boolean
-  /** Calls `listener` each time the broker becomes available again; returns the function that stops it. */
-  onAvailable(listener: () => void): () => void
 }
 
 /** Sources of the plugin's own kinds, registered by the service (lib/messaging/redis-streams.ts). */

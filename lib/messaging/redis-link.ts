@@ -1,5 +1,6 @@
 import { reconnectDelay } from '../time/backoff'
-import { BrokerUnavailable, type BrokerAvailability } from './availability'
+import type { BrokerAvailability } from '../interfaces'
+import { BrokerUnavailable } from './availability'
 
 /**
  * One connection to Redis through the npm package `redis` (the client CAP's Redis adapter uses; an optional peer

@@ -12,7 +12,7 @@ import { claimReply, entryMessage, groupLag, readReply, type StreamEntry } from 
  * are read again (XREADGROUP `0`: this consumer's pending entries), by this process after a backoff or, once they are
  * `claimAfter` old, by whichever consumer of the group claims them (XAUTOCLAIM). A batch it works through stays its
  * own (lib/messaging/stream-batch.ts). Entries are handled one at a time in stream order; a failure stops the batch,
- * so a failing entry holds back the later ones of this consumer until it succeeds. A read takes at most
+ * so a failing entry blocks the later ones of this consumer until it succeeds. A read takes at most
  * `entriesPerRead` entries, so that what it holds stays bounded however large the entries are.
  */
 
@@ -224,7 +224,7 @@ export class StreamConsumer {
     try {
       parsed = entryMessage({ ...entry, fields: entry.fields })
     } catch (e) {
-      // It can never be handled: acknowledged, so it does not hold back the stream, and reported.
+      // It can never be handled: acknowledged, so it does not block the stream, and reported.
       return this.host.log.error(`${entry.stream} entry ${entry.id} is no message and is dropped:`, e)
     }
     if (!(await this.host.accepts(parsed.tenant, this.failures > 0))) return this.host.dropped(entry.stream, parsed.tenant)

@@ -3,7 +3,7 @@ import type { LinkLog } from './redis-link'
 
 /**
  * Entries of a tenant that is not subscribed (unsubscribed, or unknown to MTX): acknowledged without being handled,
- * since handling one would open, and on SQLite create, that tenant's database, and retrying it would hold back every
+ * since handling one would open, and on SQLite create, that tenant's database, and retrying it would block every
  * other tenant's entries behind it. Each is counted (`cds_event_queues.inbound.dropped`); a warning per tenant says how
  * many, at most once per `WARN_EVERY`, so a stream full of them does not flood the log.
  */

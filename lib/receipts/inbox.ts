@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { createHash } from 'crypto'
-import { DEFAULT_MESSAGE_ID_SOURCES } from '../config'
+import { DEFAULT_MESSAGE_ID_SOURCES } from '../config/receivers'
 import { storedError } from '../failures'
 import type { MessageIdSource, NewMessage, QueueSettings, ReceiptRef, ReceiverSettings } from '../interfaces'
 import type { QueueStore } from '../store'
@@ -22,7 +22,7 @@ import { fitsKeyColumn, recordProcessed, scopeOf } from './receipts'
  * data) within the message's topic.
  *
  * An inbound message its queue refuses (above `maxMessageSize`, an invalid ordering key) would be refused on every
- * redelivery, and a broker that redelivers it holds back the messages behind it: it is written as a dead letter
+ * redelivery, and a broker that redelivers it blocks the messages behind it: it is written as a dead letter
  * instead, which an operator sees, revives or deletes, and the broker gets its acknowledgement.
  */
 

@@ -15,11 +15,16 @@ export interface SlotEntry {
   signal: AbortSignal
   /** Called once the message's work has committed (its row is gone): its lease needs no more renewal. */
   committed(): void
-  /**
-   * Marks the message as started, unless the runner has taken it back meanwhile (its signal aborted): false then.
-   * Synchronous, so a hand-back by the runner and the start of the message never overlap.
-   */
+  /** Starts the message (`Holdings.begin`), unless the runner has taken it back meanwhile: false then (`notStarted`). */
   start(): boolean
+}
+
+/**
+ * What a message comes to that the runner took back before its turn (shutdown, a lost lease, a hand-back): an attempt
+ * that failed with its signal's reason, which the runner's release or the lease's takeover then settles.
+ */
+export function notStarted(entry: SlotEntry, queue: QueueSettings): AttemptResult {
+  return { outcome: failed(entry.signal.reason, entry.row, queue) }
 }
 
 export interface AttemptResult {

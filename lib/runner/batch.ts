@@ -5,7 +5,7 @@ import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
 import type { Claim, QueueSettings } from '../interfaces'
 import type { BatchingStore, DatabaseTransaction } from '../store'
-import { prepare, type AttemptResult, type SlotEntry } from './attempt'
+import { notStarted, prepare, type AttemptResult, type SlotEntry } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, sessionKey, traced, type Service } from './dispatch'
 import { brokerWaits } from './broker-waits'
@@ -52,7 +52,7 @@ export async function attemptBatch(entries: SlotEntry[], queue: QueueSettings, s
   entries.forEach((entry, index) => {
     const prepared = prepare(entry.row, queue)
     if (prepared.outcome && entry.start()) return void (results[index] = prepared)
-    if (prepared.outcome) return void (results[index] = { outcome: failed(entry.signal.reason, entry.row, queue) })
+    if (prepared.outcome) return void (results[index] = notStarted(entry, queue))
     ready.push({ ...entry, message: prepared.message, index })
   })
   const dispatched = await relayWhatCan(ready, queue, store, results)
@@ -70,7 +70,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
   const head = group[0]
   if (isOccurrence(head.row, head.message) && !(await stillScheduled(head.claim, store))) {
     // as a message that must not run (attemptBatch): unless the runner handed it back meanwhile
-    results[head.index] = head.start() ? { outcome: NOT_STARTED, message: head.message } : { outcome: failed(head.signal.reason, head.row, queue) }
+    results[head.index] = head.start() ? { outcome: NOT_STARTED, message: head.message } : notStarted(head, queue)
     return 1
   }
   const started = Date.now()
@@ -129,7 +129,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
     })
   } catch (error) {
     // Nothing of the transaction committed: every message it took failed with it (all of them if it never began).
-    // After a lost claim, the claims still held are handed back without counting an attempt (the release is
+    // After a lost claim, the claims still ours are handed back without counting an attempt (the release is
     // guarded: a lost one stays with its owner).
     taken ||= group.length
     for (const { entry, tx } of handled.splice(0)) {

@@ -2,8 +2,8 @@ import cds from '@sap/cds'
 import { isOutboundMessage } from '../cap/messaging'
 import type { DecodedMessage } from '../codec'
 import { errorLine, isProgrammingError, isUnrecoverable } from '../failures'
-import type { Outcome } from '../interfaces'
-import { availabilityOf, BrokerUnavailable, isBrokerUnavailable, type BrokerAvailability } from '../messaging/availability'
+import type { BrokerAvailability, BrokerWait, Outcome } from '../interfaces'
+import { availabilityOf, BrokerUnavailable, isBrokerUnavailable } from '../messaging/availability'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
 
@@ -20,7 +20,7 @@ import { clock } from '../time/clock'
  * message of the service every `PROBE_INTERVAL`, whose failure charges nothing. Where errors cannot be told apart,
  * the service's circuit breaker begins a wait after `BREAKER.failures` consecutive failed relays (charged: the broker
  * may have refused each message); while it holds, nothing is charged, a message probes every `BREAKER.probeInterval`,
- * and a failed probe goes behind the others, so that one message the broker always refuses does not hold back the rest.
+ * and a failed probe goes behind the others, so that one message the broker always refuses does not delay the rest.
  */
 
 /** How often a message probes a broker that is away when its service does not tell when it is back. */
@@ -38,17 +38,6 @@ export interface BrokerWaitsHost {
   pending(service: string): Promise<number>
   /** The broker of `service` is back: its rows' waiting marks are cleared; resolves with how many messages wait. */
   ended(service: string): Promise<number>
-}
-
-/** A wait as the operator surfaces show it: which service, since when (epoch ms), how many events (the last count). */
-export interface BrokerWait {
-  service: string
-  since: number
-  events: number | undefined
-  /** The first error that said so (its first line). */
-  reason: string
-  /** Begun by the circuit breaker: failures that did not say the broker was away. */
-  suspected: boolean
 }
 
 interface Wait extends BrokerWait {

@@ -10,7 +10,7 @@ import type { Monitor } from './monitor'
 import { brokerWaits } from './broker-waits'
 import { interrupted, logOutcome, recordOutcome } from './outcomes'
 import type { Redelivery } from './redelivery'
-import { payloadBytes, Slots, type SlotCounts } from './slots'
+import { payloadBytes, SlotCounters, type SlotCounts } from './slot-counters'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
 
@@ -27,7 +27,7 @@ export interface HoldingsHost {
 }
 
 /** A claimed message in a slot: from the slot's start until the slot ends. */
-export interface Held {
+export interface HeldMessage {
   readonly row: MessageRow
   readonly lease: Lease
 }
@@ -40,7 +40,7 @@ export class Slot {
   constructor(
     readonly queue: QueueSettings,
     readonly claimedBy: string,
-    readonly entries: readonly Held[],
+    readonly entries: readonly HeldMessage[],
     /** What its messages hold of the heap, until it ends (see `payloadBytes`). */
     readonly bytes: number
   ) {}
@@ -57,11 +57,13 @@ type Reservation = 'open' | 'committed' | 'returning'
  * breaker), the log, the table and the monitor learn of every outcome, whoever ran the attempt.
  */
 export class Holdings {
-  private readonly counters: Slots
+  private readonly counters: SlotCounters
   /** The messages of running slots, until their slot ends: handed back at shutdown, never taken for orphans. */
-  private readonly held = new Set<Held>()
+  private readonly held = new Set<HeldMessage>()
+  /** Messages of running slots whose attempt has begun (`begin`); a batch's later messages wait for their turn. */
+  private readonly begun = new WeakSet<HeldMessage>()
   /** Messages of running slots that have ended (settled, handed back or abandoned): nothing more happens to them. */
-  private readonly ended = new WeakSet<Held>()
+  private readonly ended = new WeakSet<HeldMessage>()
   private readonly reservations = new Map<string, Reservation>()
   /**
    * Messages whose handlers were abandoned and may still run, by ID, with their tenant: this process knows them as
@@ -75,11 +77,11 @@ export class Holdings {
   constructor(
     concurrency: number,
     batchSize: number,
-    /** `maxClaimBytes`: the most bytes of messages the slots hold at once (see `Slots.claimBounds`). */
+    /** `maxClaimBytes`: the most bytes of messages the slots hold at once (see `SlotCounters.claimBounds`). */
     maxBytes: number,
     private readonly host: HoldingsHost
   ) {
-    this.counters = new Slots(concurrency, batchSize, maxBytes)
+    this.counters = new SlotCounters(concurrency, batchSize, maxBytes)
   }
 
   get slots(): SlotCounts {
@@ -111,9 +113,9 @@ export class Holdings {
 
   /**
    * Takes a slot of `queue` for `entries`, claimed by `claimedBy`; `reserved`: they were claimed at enqueue, and their
-   * promised slot is this one. Held from now on, for shutdown and for the loop's check of claims in this process's name.
+   * promised slot is this one. HeldMessage from now on, for shutdown and for the loop's check of claims in this process's name.
    */
-  start(queue: QueueSettings, claimedBy: string, entries: Held[], reserved: boolean): Slot {
+  start(queue: QueueSettings, claimedBy: string, entries: HeldMessage[], reserved: boolean): Slot {
     const bytes = payloadBytes(entries.map(held => held.row))
     this.counters.take(queue, bytes, entries.length)
     for (const held of entries) {
@@ -125,8 +127,19 @@ export class Holdings {
     return slot
   }
 
+  /**
+   * The attempt of `held` begins, unless the runner has taken it back meanwhile (its signal aborted): false then.
+   * Synchronous, so a hand-back and the start of the message never overlap: a begun message is not handed back
+   * unstarted, and at shutdown it is released as a running handler's.
+   */
+  begin(held: HeldMessage): boolean {
+    if (held.lease.signal.aborted) return false
+    this.begun.add(held)
+    return true
+  }
+
   /** Logs and writes what one message's attempt came to, and tells its queue's gates and the monitor. */
-  async settle(slot: Slot, held: Held, result: AttemptResult): Promise<void> {
+  async settle(slot: Slot, held: HeldMessage, result: AttemptResult): Promise<void> {
     if (!this.closes(held)) return
     const { row, lease } = held
     // a relay whose broker is away waits, uncharged (broker-waits.ts)
@@ -147,7 +160,7 @@ export class Holdings {
    * process (`why`: for their signals). Their signals abort first, so none of them starts meanwhile.
    */
   async handBackUnstarted(slot: Slot, why: string): Promise<void> {
-    const rest = slot.entries.filter(held => !held.lease.started && this.closes(held))
+    const rest = slot.entries.filter(held => !this.begun.has(held) && this.closes(held))
     if (rest.length === 0) return
     for (const { row, lease } of rest) lease.abort(new AttemptAborted(`Message ${row.ID} was handed back: ${why}`, 'HANDED_BACK'))
     await this.handBack(rest.map(({ row }) => row), slot.claimedBy)
@@ -235,20 +248,21 @@ export class Holdings {
    * longer ours).
    */
   async handBackRunning(grace: number): Promise<void> {
-    const leases = [...this.held].map(({ lease }) => lease).filter(l => !tenantGone(l.signal))
-    const running = leases.filter(l => l.started)
-    const waiting = leases.filter(l => !l.started && !l.signal.aborted)
+    const held = [...this.held].filter(({ lease }) => !tenantGone(lease.signal))
+    const running = held.filter(h => this.begun.has(h)).map(({ lease }) => lease)
+    const waiting = held.filter(h => !this.begun.has(h) && !h.lease.signal.aborted).map(({ lease }) => lease)
     if (running.length + waiting.length === 0) return
     const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
     LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${grace} ms: aborting them and handing back their messages${rest}`)
     for (const lease of [...running, ...waiting]) lease.abort(new AttemptAborted('The process is shutting down', 'SHUTDOWN'))
     try {
       let [fromRunning, fromWaiting] = [0, 0]
+      const begun = new Set(running)
       for (const [tenant, leases] of groupBy([...running, ...waiting], l => l.tenant)) {
         await this.host.tenants.run(tenant, () =>
           inOwnTransaction(async () => {
-            fromRunning += await this.host.store.release(leases.filter(l => l.started).map(l => l.claim), new Date(clock.now()))
-            fromWaiting += await this.host.store.release(leases.filter(l => !l.started).map(l => l.claim), new Date(clock.now()))
+            fromRunning += await this.host.store.release(leases.filter(l => begun.has(l)).map(l => l.claim), new Date(clock.now()))
+            fromWaiting += await this.host.store.release(leases.filter(l => !begun.has(l)).map(l => l.claim), new Date(clock.now()))
           })
         )
       }
@@ -275,14 +289,14 @@ export class Holdings {
   }
 
   /** Marks `held` as ended; false if it had ended already (a message of a slot ends once). */
-  private closes(held: Held): boolean {
+  private closes(held: HeldMessage): boolean {
     if (this.ended.has(held)) return false
     this.ended.add(held)
     return true
   }
 
   /** Logs how a message ended and tells its queue's gates (a circuit breaker counts failures and successes). */
-  private tell(slot: Slot, held: Held, outcome: Outcome): void {
+  private tell(slot: Slot, held: HeldMessage, outcome: Outcome): void {
     logOutcome(held.row, outcome)
     this.host.gates.settled(slot.tenant, slot.queue, outcome)
   }

@@ -48,8 +48,6 @@ export class Lease {
   private giveUp: () => void = () => {}
   /** Resolves when the handler ran longer than `handlerTimeout`: the runner stops waiting for it. */
   readonly abandoned = new Promise<void>(resolve => (this.giveUp = resolve))
-  /** The message's attempt has begun; a batch's later messages are held until their turn (see slot.ts). */
-  started = false
   /** The tenant whose database holds the message (slots run in their tenant's context). */
   readonly tenant: string | undefined = cds.context?.tenant
 
@@ -104,7 +102,7 @@ export class Renewals {
   private timer: NodeJS.Timeout | undefined
   private failures = 0
 
-  /** Until when the leases are held for sure: the last lease written. */
+  /** Until when the leases last for sure: the last lease written. */
   private heldUntil: number
   /** The tenant whose database holds the messages (a slot runs in its tenant's context). */
   private readonly tenant: string | undefined = cds.context?.tenant
@@ -143,11 +141,11 @@ export class Renewals {
 
   private async renew(): Promise<void> {
     const leases = [...this.leases]
-    let held: Set<string>
+    let stillClaimed: Set<string>
     const until = clock.now() + this.timeout
     try {
       // A transaction of its own in the messages' tenant, detached from whichever context the timer fired in.
-      held = await runInTenant(this.tenant, () => this.store.renewAll(leases.map(l => l.claim), until))
+      stillClaimed = await runInTenant(this.tenant, () => this.store.renewAll(leases.map(l => l.claim), until))
     } catch (e) {
       this.failures++
       const left = this.heldUntil - clock.now()
@@ -164,7 +162,7 @@ export class Renewals {
     this.failures = 0
     // A renewal racing a handler's own completion finds the row gone: only a running handler has lost its claim.
     for (const lease of leases) {
-      if (held.has(lease.claim.ID) || !this.leases.has(lease)) continue
+      if (stillClaimed.has(lease.claim.ID) || !this.leases.has(lease)) continue
       LOG.warn(`message ${lease.claim.ID}: its claim was taken over or the row deleted while the handler ran; aborting the handler`)
       lease.abort(new AttemptAborted(`Message ${lease.claim.ID}: the claim was lost while the handler ran`, 'LEASE_LOST'))
     }

@@ -31,8 +31,8 @@ export interface LoopHost {
   readonly stopping: boolean
   /** Handlers are running. */
   readonly busy: boolean
-  /** Processing is held back (`Runner.hold`): nothing is claimed. */
-  readonly held: boolean
+  /** Processing is on hold (`Runner.hold`): nothing is claimed. */
+  readonly onHold: boolean
   /** Runs claimed rows of one queue in a slot. */
   run(queue: QueueSettings, rows: MessageRow[]): void
 }
@@ -159,7 +159,7 @@ export class Loop {
     const { tenants } = this.host
     const { slots } = this.host.holdings
     let active = round
-    while (!this.host.stopping && !this.host.held && slots.free > 0 && active.length) {
+    while (!this.host.stopping && !this.host.onHold && slots.free > 0 && active.length) {
       const more: Tenant[] = []
       for (const [i, tenant] of active.entries()) {
         if (this.host.stopping || slots.free === 0) break
@@ -273,23 +273,23 @@ export class Loop {
       if (orphans.length) await store.release(orphans, new Date(now))
       return { changed, orphans }
     })
-    const held = await this.holdBack()
+    const parked = await this.park()
     if (orphans.length) LOG.info(`handed back ${orphans.length} messages claimed in this process's name that it does not hold (rows restored from a copy?)`)
-    if (changed + held + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed + held} rows written by others, handed back ${orphans.length}`)
+    if (changed + parked + orphans.length) LOG._debug && LOG.debug(`reconciled ${changed + parked} rows written by others, handed back ${orphans.length}`)
   }
 
   /**
-   * Holds back every keyed row others wrote behind an earlier message of its key before this pass claims, however
+   * Parks every keyed row others wrote behind an earlier message of its key before this pass claims, however
    * many: a bounded statement per transaction, yielding in between (SQLite's single writer serves the app's own
-   * transactions meanwhile). Held back 1,000 per poll interval, a bulk import of 40,000 stayed in the claim's range
+   * transactions meanwhile). Parked 1,000 per poll interval, a bulk import of 40,000 stayed in the claim's range
    * for 39 more intervals, and every claim walked it.
    */
-  private async holdBack(): Promise<number> {
-    let held = 0
+  private async park(): Promise<number> {
+    let parked = 0
     for (;;) {
-      const batch = await inOwnTransaction(() => this.host.store.holdBack())
-      held += batch.held
-      if (!batch.more || this.host.stopping) return held
+      const batch = await inOwnTransaction(() => this.host.store.park())
+      parked += batch.parked
+      if (!batch.more || this.host.stopping) return parked
       await yielded()
     }
   }
@@ -304,13 +304,13 @@ export class Loop {
     const failing = tenants.failing
     if (!failing) for (const resolve of this.idleWaiters.splice(0)) resolve()
     if (!this.host.started) return void (failing || this.host.monitor.emit('idle', { next: undefined }))
-    // held back, due rows would plan the next pass at once, again and again: the release wakes the runner instead
-    if (this.host.held) return
+    // on hold, due rows would plan the next pass at once, again and again: the release wakes the runner instead
+    if (this.host.onHold) return
     const looked = [...this.looked]
     this.looked.clear()
     for (const [tenant, since] of looked) {
       if (tenants.failedIn(tenant) || tenants.gone(tenant)) continue // its database is down (its backoff plans the next look), or gone
-      // a queue its gate holds back has a timer of its own (see Gates.shut): its rows must not wake the loop at once
+      // a queue its gate shut has a timer of its own (see Gates.shut): its rows must not wake the loop at once
       const shut = this.host.gates.shut(tenant, this.host.queues.all())
       try {
         const next = await tenants.run(tenant, () => inOwnTransaction(() => this.host.store.nextDue(this.lastClaimAt, shut)))

@@ -56,7 +56,7 @@ export function isOccurrence(row: MessageRow, message: DecodedMessage): boolean 
  * occurrences (`isOccurrence`): nobody changes a claimed message's row, and a message's attempt awaits nothing more.
  */
 export async function stillScheduled(claim: Claim, store: QueueStore): Promise<boolean> {
-  return (await inOwnTransaction(() => store.held([claim]))).has(claim.ID)
+  return (await inOwnTransaction(() => store.stillClaimed([claim]))).has(claim.ID)
 }
 
 /** The outcome of an occurrence that was not `stillScheduled`: nothing is written (the row is gone or no longer ours). */

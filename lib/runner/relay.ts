@@ -8,7 +8,7 @@ import type { QueueSettings } from '../interfaces'
 import { publishAll, publishesBatches, type BatchPublisher } from '../messaging/batch-publisher'
 import type { QueueStore } from '../store'
 import { wireHeaders } from '../wire'
-import type { AttemptResult, SlotEntry } from './attempt'
+import { notStarted, type AttemptResult, type SlotEntry } from './attempt'
 import { hasSucceededCallback } from './callbacks'
 import { brokerWaits } from './broker-waits'
 import { contextFor, dispatchInTx, runtimeInfo, serviceOf, sessionKey, traced } from './dispatch'
@@ -86,7 +86,7 @@ async function relay(relayed: { entry: Relayable; srv: Publisher }[], queue: Que
   const together: Accepted[] = []
   const alone: Accepted[] = []
   for (const group of groupBy(relayed, ({ entry, srv }) => `${srv.name} ${sessionKey(entry.message)}`).values()) {
-    const started = group.filter(({ entry }) => entry.start() || void (results[entry.index] = { outcome: failed(entry.signal.reason, entry.row, queue) }))
+    const started = group.filter(({ entry }) => entry.start() || void (results[entry.index] = notStarted(entry, queue)))
     if (!started.length) continue
     const answers = publish(started[0].srv, started.map(({ entry }) => entry))
     started.forEach(({ entry, srv }, i) => answered.push(answers[i].then(answer => {

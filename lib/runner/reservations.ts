@@ -3,7 +3,7 @@ import type { MessageRow, NewMessage, QueueSettings } from '../interfaces'
 import { inOwnTransaction, type QueueStore } from '../store'
 import { claimOf } from '../store/rules'
 import { runInContext } from '../cap/contexts'
-import { stillHeld } from './written'
+import { stillClaimedAsWritten } from './written'
 import { brokerWaits } from './broker-waits'
 import type { Gates } from './gates'
 import type { Holdings } from './holdings'
@@ -36,8 +36,8 @@ export interface ReservationHost {
   readonly gates: Gates
   /** Started and not stopping: a reserved message can run after commit. */
   readonly running: boolean
-  /** Processing is held back (`Runner.hold`): nothing is claimed at enqueue. */
-  readonly held: boolean
+  /** Processing is on hold (`Runner.hold`): nothing is claimed at enqueue. */
+  readonly onHold: boolean
   run(queue: QueueSettings, rows: MessageRow[], claimedBy: string, reserved: boolean): void
   /** Claims soon: a message given up before the commit is left to the claim. */
   wake(): void
@@ -70,7 +70,7 @@ interface Reserved {
 export async function claimAtEnqueue(host: ReservationHost, context: TransactionContext, message: NewMessage, queue: QueueSettings): Promise<boolean> {
   // a gated queue's starts are counted by the loop that claims them (see Gates)
   // an event for a broker this process waits for is written unclaimed: it waits in the table (broker-waits.ts)
-  if (!host.running || host.held || host.gates.gated(cds.context?.tenant, queue) || brokerWaits.waiting(message.service)) return false
+  if (!host.running || host.onHold || host.gates.gated(cds.context?.tenant, queue) || brokerWaits.waiting(message.service)) return false
   if (!host.holdings.reserve(queue, message.ID)) return false
   const claimedBy = `${host.owner}:enqueued`
   const claimedAt = clock.now()
@@ -101,7 +101,7 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
   let settled = false
   // 'succeeded' is emitted only to commit: without it, 'failed' is a plain rollback
   let committing = false
-  context.before('commit', () => keepStillHeld(host, context, reserved))
+  context.before('commit', () => keepStillClaimed(host, context, reserved))
   context.before('succeeded', () => void (committing = true))
   context.on('succeeded', () => {
     if (settled) return
@@ -120,13 +120,13 @@ function watch(host: ReservationHost, context: TransactionContext, reserved: Res
 }
 
 /**
- * Before the commit: what the transaction wrote into the rows decides (see written.ts). Messages no longer held as
+ * Before the commit: what the transaction wrote into the rows decides (see written.ts). Messages no longer claimed as
  * written give their slots back and are left to the claim; the others run with what their rows say.
  */
-async function keepStillHeld(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): Promise<void> {
+async function keepStillClaimed(host: ReservationHost, context: TransactionContext, reserved: Reserved[]): Promise<void> {
   let kept: Reserved[] = []
   try {
-    kept = await runInContext(context, () => stillHeld(host.store, reserved, clock.now()))
+    kept = await runInContext(context, () => stillClaimedAsWritten(host.store, reserved, clock.now()))
   } catch (e) {
     // the commit goes on: rows claimed in this process's name that it has no record of are handed back at a poll
     LOG.warn(`could not read back ${reserved.length} messages claimed at enqueue before the commit; they run when claimed:`, e)
@@ -140,7 +140,7 @@ async function settleAfterFailure(host: ReservationHost, reserved: Reserved[]): 
   cds.context = undefined
   let committed = new Set<string>()
   try {
-    committed = await inOwnTransaction(() => host.store.held(reserved.map(({ row, claimedBy }) => claimOf(row, claimedBy))))
+    committed = await inOwnTransaction(() => host.store.stillClaimed(reserved.map(({ row, claimedBy }) => claimOf(row, claimedBy))))
   } catch (e) {
     // unknown: the rows that did commit are taken over once their short lease expires
     LOG.warn(`could not check whether ${reserved.length} messages claimed at enqueue were committed; they run when their lease expires:`, e)

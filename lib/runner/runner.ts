@@ -9,7 +9,7 @@ import type { QueueStore } from '../store'
 import { storeFor, usesPortableStore } from '../store/choose'
 import { sqliteFile, type DatabaseConfig } from '../store/database-name'
 import { markWriter, unmarkWriter } from '../store/sqlite-writers'
-import { dialectFor } from '../store/dialect'
+import { dialectFor } from '../store/dialects'
 import { inOwnTransaction } from '../store'
 import { QueueControls } from '../controls/queue-controls'
 import { announce } from '../controls/operator'
@@ -245,12 +245,12 @@ export class Runner {
   }
 
   /** Nothing is claimed, at enqueue neither: what is queued stays in the table (see `hold`). */
-  get held(): boolean {
+  get onHold(): boolean {
     return this.holds > 0
   }
 
   /**
-   * Holds back processing until the returned release is called, so that a test reads the rows a request wrote before
+   * Puts processing on hold until the returned release is called, so that a test reads the rows a request wrote before
    * any of them runs (lib/testing). What runs already finishes; a release wakes the runner.
    */
   hold(): () => void {

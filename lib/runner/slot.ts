@@ -2,13 +2,12 @@ import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueStore } from '../store'
 import { batches } from '../store/queue-store'
 import { claimOf } from '../store/rules'
-import { attemptPrepared, prepare, type AttemptResult, type SlotEntry } from './attempt'
+import { attemptPrepared, notStarted, prepare, type AttemptResult, type SlotEntry } from './attempt'
 import { attemptBatch } from './batch'
 import { relayWhatCan } from './relay'
-import type { Held, Holdings } from './holdings'
+import type { HeldMessage, Holdings } from './holdings'
 import { enqueueLease } from './reservations'
 import { Lease, Renewals, tenantGone } from './lease'
-import { failed } from './outcomes'
 import { LOG } from '../log'
 
 /**
@@ -35,7 +34,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   const { holdings } = host
   const leaseUntil = rows[0].claimedAt + (reserved ? enqueueLease(queue) : queue.timeout)
   const renewals = new Renewals(queue.timeout, host.store, leaseUntil)
-  const entries: Held[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals) }))
+  const entries: HeldMessage[] = rows.map(row => ({ row, lease: new Lease(claimOf(row, claimedBy), queue.handlerTimeout, renewals) }))
   const slot = holdings.start(queue, claimedBy, entries, reserved)
   let handBack: NodeJS.Timeout | undefined
   try {
@@ -48,7 +47,7 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
     for (const { lease } of entries) lease.start()
     // A slow or stuck handler holds up its own message only: the rest of its batch is due again at once elsewhere.
     if (entries.length > 1) handBack = setTimeout(() => void holdings.handBackUnstarted(slot, 'its slot is busy with a slow handler'), SLOT_TIME)
-    const results = await Promise.race([attemptAll(host.store, queue, entries), ...entries.map(e => e.lease.abandoned)])
+    const results = await Promise.race([attemptAll(host.store, holdings, queue, entries), ...entries.map(e => e.lease.abandoned)])
     // the tenant was unsubscribed (its slot's messages share it): nothing of the attempts is written in its database
     if (entries.some(e => tenantGone(e.lease.signal))) return
     if (!results) return await holdings.abandon(slot)
@@ -61,10 +60,10 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   }
 }
 
-function attemptAll(store: QueueStore, queue: QueueSettings, entries: Held[]): Promise<AttemptResult[]> {
-  const slot: SlotEntry[] = entries.map(({ row, lease }) => {
-    const start = () => !lease.signal.aborted && (lease.started = true)
-    return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start }
+function attemptAll(store: QueueStore, holdings: Holdings, queue: QueueSettings, entries: HeldMessage[]): Promise<AttemptResult[]> {
+  const slot: SlotEntry[] = entries.map(held => {
+    const { row, lease } = held
+    return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start: () => holdings.begin(held) }
   })
   return entries.length > 1 && batches(store) ? attemptBatch(slot, queue, store) : attemptInTurn(store, queue, slot)
 }
@@ -85,7 +84,7 @@ async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: S
   for (const [index, entry] of entries.entries()) {
     if (results[index]) continue
     if (!entry.start()) {
-      results[index] = { outcome: failed(entry.signal.reason, entry.row, queue) }
+      results[index] = notStarted(entry, queue)
       continue
     }
     results[index] = await attemptPrepared(prepared[index], entry.row, entry.claim, queue, store, entry.signal)

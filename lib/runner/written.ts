@@ -18,12 +18,12 @@ export interface Enqueued {
 
 /**
  * Reads the rows of `enqueued` back in the enqueuing transaction, before it commits (one statement for all), and
- * returns those that still run: held as written, their rows with the attempts, last error and timestamp the table
+ * returns those that still run: still claimed as written, their rows with the attempts, last error and timestamp the table
  * gives them. A row deleted meanwhile does not run; one whose claim CAP's columns ended — released (`status` null),
- * or held by another runner (a `lastAttemptTimestamp` that is not the claim's) — is given up, its index set as the
+ * or claimed by another runner (a `lastAttemptTimestamp` that is not the claim's) — is given up, its index set as the
  * reconciliation sets it, for a claim to take it when CAP's rules say.
  */
-export async function stillHeld<E extends Enqueued>(store: QueueStore, enqueued: E[], now: number): Promise<E[]> {
+export async function stillClaimedAsWritten<E extends Enqueued>(store: QueueStore, enqueued: E[], now: number): Promise<E[]> {
   const states = new Map((await store.rowStates(enqueued.map(e => e.row.ID))).map(state => [state.ID, state]))
   const kept: E[] = []
   for (const entry of enqueued) {

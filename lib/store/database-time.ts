@@ -3,7 +3,7 @@ import { performance } from 'perf_hooks'
 import { currentConnection } from '../cap/transactions'
 import type { ClockReading } from '../time/clock'
 import { nativeDialect } from './choose'
-import { dialectFor } from './dialect'
+import { dialectFor } from './dialects'
 import { ENTITY } from './rules'
 import { millis } from './rows'
 

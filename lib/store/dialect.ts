@@ -1,7 +1,5 @@
 import type { Result } from '../cap/drivers'
 import { afterBegin, transactionOfContext } from '../cap/transactions'
-import { postgres } from './postgres'
-import { sqlite } from './sqlite'
 
 /**
  * Where the databases differ for the queue's statements. Everything else in the store is plain SQL that all accept
@@ -80,8 +78,4 @@ export function lockWhenBegun(dialect: Dialect | undefined): void {
   const lock = dialect?.writeLock
   const tx = lock ? transactionOfContext() : undefined
   if (lock && tx && !tx.ready) afterBegin(tx, async begun => void (await dialect!.execute(begun.dbc, lock, [], false)))
-}
-
-export function dialectFor(kind: string | undefined): Dialect {
-  return kind === 'postgres' ? postgres : sqlite
 }

@@ -16,9 +16,9 @@ const INDEXES: [name: string, definition: string][] = [
   // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
   ['cds_outbox_Messages_key', '(orderingKey, timestamp) WHERE orderingKey IS NOT NULL'],
   ['cds_outbox_Messages_key_claimed', "(orderingKey) WHERE orderingKey IS NOT NULL AND status = 'processing'"],
-  // The reconciliation's look for keyed rows others wrote that must be held back: keyed rows not held back yet.
+  // The reconciliation's look for keyed rows others wrote that must be parked: keyed rows not parked yet.
   ['cds_outbox_Messages_key_due', '(dueAt) WHERE orderingKey IS NOT NULL'],
-  // The reconciliation's walk over the keys of held-back messages (see PARKED): one probe per key, not per message.
+  // The reconciliation's walk over the keys of parked messages (see PARKED): one probe per key, not per message.
   ['cds_outbox_Messages_parked', `(orderingKey) WHERE dueAt = ${PARKED}`],
   // The reconciliation's look for dead letters whose attempts fell below their queue's limit (a revive by CAP's
   // recipe): by attempts, among dead letters only, so thousands of them cost a range scan, not a read of each.

@@ -1,6 +1,6 @@
 import cds from '@sap/cds'
 import { describeDatabase, type DatabaseConfig } from './database-name'
-import { dialectFor } from './dialect'
+import { dialectFor } from './dialects'
 
 /**
  * An app served before `cds deploy` has none of the queue's tables: every path that reads one (claims, index

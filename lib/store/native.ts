@@ -4,7 +4,8 @@ import type { Watchers } from '../cap/handlers'
 import { begun, currentConnection, transactionOfContext, withFirstStatementHook, type DatabaseTransaction } from '../cap/transactions'
 import { groupBy } from '../group-by'
 import type { Claim, DeadOnArrival, DeletedMessage, MessageRow, NewMessage, QueueSnapshot, ReceiptRef, RowState } from '../interfaces'
-import { dialectFor, lockWhenBegun, type Dialect } from './dialect'
+import { lockWhenBegun, type Dialect } from './dialect'
+import { dialectFor } from './dialects'
 import { ensureIndexes } from './indexes'
 import { distinctKeys, iso, messageRow, millis, newRow, rowState, type RawRow } from './rows'
 import { ENTITY, expiredSql, oldRowsSql, ownRowsSql, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Fragment, type Retentions, type TaskRow } from './rules'
@@ -13,11 +14,11 @@ import { numberClaimed, type Numbering } from './sequences'
 import { SideConnection } from './side-connection'
 import * as statements from './statements'
 import type { Described } from './statements'
-import type { BatchingStore, HeldBack, Savepointed } from './queue-store'
+import type { BatchingStore, Parked, Savepointed } from './queue-store'
 import { inOwnTransaction } from './index'
 import { clock } from '../time/clock'
 
-/** How many rows (held-back keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
+/** How many rows (parked keys) one statement of the reconciliation looks at, at most: it never holds long locks. */
 const RECONCILE_BATCH = 1000
 
 /**
@@ -31,10 +32,10 @@ export class NativeStore implements BatchingStore, Numbering {
   /** This app's rows (`appid`), and the same for the rows `e` of the ordering-key checks. */
   private readonly own: Fragment
   private readonly ownE: Fragment
-  /** The same for the rows `f` and `p` of the statements on held-back messages (see `promoteNext`, `parkedKeys`). */
+  /** The same for the rows `f` and `p` of the statements on parked messages (see `promoteNext`, `parkedKeys`). */
   private readonly ownF: Fragment
   private readonly ownP: Fragment
-  /** Where the reconciliation's look at held-back keys continues (see `promoteOrphans`). */
+  /** Where the reconciliation's look at parked keys continues (see `promoteOrphans`). */
   private parkedAfter = ''
   /** This app's rows from before CAP had `appid` (see `oldRowsSql`), claimed while there are any. */
   private readonly old: Fragment | undefined
@@ -91,8 +92,8 @@ export class NativeStore implements BatchingStore, Numbering {
   }
 
   /**
-   * Writes a new message in the current transaction. One with an ordering key is held back at once if an earlier
-   * message of its key is waiting (see `PARKED`); rows written through CAP are held back by the reconciliation.
+   * Writes a new message in the current transaction. One with an ordering key is parked at once if an earlier
+   * message of its key is waiting (see `PARKED`); rows written through CAP are parked by the reconciliation.
    */
   async insert(message: NewMessage): Promise<void> {
     const appid = this.appid ?? null
@@ -218,7 +219,7 @@ export class NativeStore implements BatchingStore, Numbering {
   }
 
   /**
-   * The first message of each of `keys` becomes due if it was held back: where a message of the key was deleted or
+   * The first message of each of `keys` becomes due if it was parked: where a message of the key was deleted or
    * left its key, in the same transaction. A key whose first message is still in the table is left as it is.
    */
   async promoteNext(keys: (string | null | undefined)[]): Promise<void> {
@@ -260,7 +261,7 @@ export class NativeStore implements BatchingStore, Numbering {
    */
   async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
     let released = 0
-    // One statement per claim: rows of one claim share owner and time (`heldBy`).
+    // One statement per claim: rows of one claim share owner and time (`underClaims`).
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
       released += await this.changes(statements.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
@@ -305,8 +306,8 @@ export class NativeStore implements BatchingStore, Numbering {
   /**
    * Brings the plugin's index columns in line with CAP's columns where others wrote them (see rules.ts): dead letters
    * with attempts below their queue's limit again become due; rows another writer released lose their claim; rows
-   * another runner holds get a lease of `timeout`; held-back rows whose key has no earlier message any more become due.
-   * The number of rows changed. Keyed rows others wrote are held back by `holdBack`.
+   * another runner holds get a lease of `timeout`; parked rows whose key has no earlier message any more become due.
+   * The number of rows changed. Keyed rows others wrote are parked by `park`.
    */
   async reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number> {
     const { dialect } = this
@@ -321,18 +322,18 @@ export class NativeStore implements BatchingStore, Numbering {
   }
 
   /**
-   * Holds back keyed rows others wrote behind an earlier message of their key, at most `RECONCILE_BATCH` (see
-   * `QueueStore.holdBack`).
+   * Parks keyed rows others wrote behind an earlier message of their key, at most `RECONCILE_BATCH` (see
+   * `QueueStore.park`).
    */
-  async holdBack(): Promise<HeldBack> {
-    const held = await this.changes(statements.park(this.own, this.ownE, this.dialect, RECONCILE_BATCH))
-    return { held, more: held === RECONCILE_BATCH }
+  async park(): Promise<Parked> {
+    const parked = await this.changes(statements.park(this.own, this.ownE, this.dialect, RECONCILE_BATCH))
+    return { parked, more: parked === RECONCILE_BATCH }
   }
 
   /**
-   * Held-back messages whose key has no earlier message any more become due: the safety net of `promoteNext`, for
-   * what it cannot see (see `parkedKeys`). Walks the held-back keys in portions, one index probe per key, so a pass
-   * costs the same with 10 or 100,000 held-back messages behind one key.
+   * Parked messages whose key has no earlier message any more become due: the safety net of `promoteNext`, for
+   * what it cannot see (see `parkedKeys`). Walks the parked keys in portions, one index probe per key, so a pass
+   * costs the same with 10 or 100,000 parked messages behind one key.
    */
   private async promoteOrphans(): Promise<number> {
     const keys = await this.rows<{ key: string; first: string | null }>(statements.parkedKeys(this.ownP, this.ownF, this.parkedAfter, RECONCILE_BATCH))
@@ -352,10 +353,10 @@ export class NativeStore implements BatchingStore, Numbering {
   }
 
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
-  async held(claims: Claim[]): Promise<Set<string>> {
+  async stillClaimed(claims: Claim[]): Promise<Set<string>> {
     const held = new Set<string>()
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
-      for (const { ID } of await this.rows<{ ID: string }>(statements.whichHeld(group))) held.add(ID)
+      for (const { ID } of await this.rows<{ ID: string }>(statements.whichStillClaimed(group))) held.add(ID)
     }
     return held
   }

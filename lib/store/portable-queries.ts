@@ -1,7 +1,7 @@
 import type { Claim, DeadOnArrival, NewMessage, ReceiptRef } from '../interfaces'
 import { deadLetterRow, iso, newRow } from './rows'
 import { UNNUMBERED } from './sequences'
-import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, heldByCqn, PARKED_AT, PROCESSING, UNCLAIMED, WAITING_MARK, type AttemptLimits, type ClaimIndex } from './rules'
+import { BLOCKS_NOTHING, deadLettersCqn, DUE_SINCE, ENTITY, FOREIGN_CLAIM, underClaimsCqn, PARKED_AT, PROCESSING, UNCLAIMED, WAITING_MARK, type AttemptLimits, type ClaimIndex } from './rules'
 import type { Described } from './statements'
 
 /**
@@ -189,31 +189,31 @@ export function deleteTask(IDs: string[], task: string, own: Cqn): Query {
 
 /** Deletes processed rows, while their claims hold them. */
 export function complete(claims: Claim[]): Query {
-  return DELETE.from(ENTITY).where(heldByCqn(claims))
+  return DELETE.from(ENTITY).where(underClaimsCqn(claims))
 }
 
 /** `column`, or `value` where it is null. */
 const coalesce = (column: string, value: string | undefined) => ({ func: 'coalesce', args: [ref(column), val(value ?? null)] })
 
 /** An UPDATE of claimed rows, only while `claims` still hold them. */
-function whileHeld(set: Record<string, unknown>, claims: Claim[]): Query {
-  return UPDATE(ENTITY).set(set).where(heldByCqn(claims))
+function whileClaimed(set: Record<string, unknown>, claims: Claim[]): Query {
+  return UPDATE(ENTITY).set(set).where(underClaimsCqn(claims))
 }
 
 /** Counts an interruption of `claims` now, for the one their takeover will find (see `expiredClaim`). */
 export function interrupt(claims: Claim[]): Query {
-  return whileHeld({ interrupted: { xpr: [ref('interrupted'), '+', val(1)] } }, claims)
+  return whileClaimed({ interrupted: { xpr: [ref('interrupted'), '+', val(1)] } }, claims)
 }
 
 /** Hands claimed rows back unprocessed, due at `dueAt`; `alone`: counted as interrupted, so they run alone. */
 export function release(claims: Claim[], dueAt: Date, alone = false): Query {
   const interrupted = alone ? { interrupted: { xpr: [ref('interrupted'), '+', val(1)] } } : {}
-  return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), ...interrupted }, claims)
+  return whileClaimed({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), ...interrupted }, claims)
 }
 
 /** Hands a claimed row back without an attempt (its broker is away), recording its service and event where it has none. */
 export function waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Query {
-  return whileHeld({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), lastError, service: coalesce('service', described.service), event: coalesce('event', described.event) }, [claim])
+  return whileClaimed({ ...UNCLAIMED.cqn, dueAt: iso(dueAt), lastError, service: coalesce('service', described.service), event: coalesce('event', described.event) }, [claim])
 }
 
 /** Clears the waiting marks of `service`'s pending rows (its broker is back). */
@@ -223,7 +223,7 @@ export function clearWaitingMarks(own: Cqn, service: string): Query {
 
 /** Moves a completed occurrence of a recurring task to its next one. */
 export function recur(claim: Claim, timestamp: string, dueAt: Date): Query {
-  return whileHeld({ ...UNCLAIMED.cqn, attempts: 0, lastError: null, timestamp, dueAt: iso(dueAt) }, [claim])
+  return whileClaimed({ ...UNCLAIMED.cqn, attempts: 0, lastError: null, timestamp, dueAt: iso(dueAt) }, [claim])
 }
 
 /**
@@ -237,12 +237,12 @@ export function fail(claim: Claim, attempts: number, lastError: string | null, d
     service: coalesce('service', described.service), event: coalesce('event', described.event)
   }
   if (leaveKey) set.orderingKey = null
-  return whileHeld(set, [claim])
+  return whileClaimed(set, [claim])
 }
 
 /** Moves the leases of `claims` to `until`; `lastAttemptTimestamp` follows, so CAP's runner sees the row held. */
 export function renew(claims: Claim[], until: number, now: number): Query {
-  return whileHeld({ dueAt: iso(until), lastAttemptTimestamp: iso(now) }, claims)
+  return whileClaimed({ dueAt: iso(until), lastAttemptTimestamp: iso(now) }, claims)
 }
 
 /** CAP's columns and the claim of the rows `IDs` (see `RowState`). */
@@ -252,12 +252,12 @@ export function rowStates(IDs: string[]): Query {
 
 /** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
 export function reindex(claim: Claim, { claimedBy, claimedAt, dueAt }: ClaimIndex): Query {
-  return whileHeld({ claimedBy, claimedAt: claimedAt === null ? null : iso(claimedAt), dueAt: iso(dueAt) }, [claim])
+  return whileClaimed({ claimedBy, claimedAt: claimedAt === null ? null : iso(claimedAt), dueAt: iso(dueAt) }, [claim])
 }
 
 /** The IDs of `claims` their claim still holds. */
-export function held(claims: Claim[]): Query {
-  return SELECT.from(ENTITY).columns('ID').where(heldByCqn(claims))
+export function stillClaimed(claims: Claim[]): Query {
+  return SELECT.from(ENTITY).columns('ID').where(underClaimsCqn(claims))
 }
 
 export function taskTimestamp(ID: string): Query {
@@ -278,7 +278,7 @@ export function nextDue(own: Cqn, after: number, skipTargets: string[]): Query {
 }
 
 /**
- * Rows the native store held back behind their key (`PARKED`) due at their `timestamp` again, of the keys `keys` or
+ * Rows the native store parked behind their key (`PARKED`) due at their `timestamp` again, of the keys `keys` or
  * of all: the portable claim keeps each key's order itself, so nothing needs to wait out of its range.
  */
 export function unpark(own: Cqn, keys?: string[]): Query {

@@ -9,7 +9,7 @@ import { distinctKeys, iso, messageRow, millis, rowState } from './rows'
 import { expiredCqn, oldRowsCqn, ownRowsCqn, PROCESSING, serviceOfOldRow, serviceOfTask, TABLE, type AttemptLimits, type ClaimIndex, type Retentions, type TaskRow } from './rules'
 import * as q from './portable-queries'
 import type { Candidate, ClaimRow, Cqn } from './portable-queries'
-import type { HeldBack, QueueStore } from './queue-store'
+import type { Parked, QueueStore } from './queue-store'
 import { numberClaimed, type Numbering } from './sequences'
 import type { Described } from './statements'
 import { clock } from '../time/clock'
@@ -182,7 +182,7 @@ export class PortableStore implements QueueStore, Numbering {
 
   async release(claims: Claim[], dueAt?: Date, alone = false): Promise<number> {
     let released = 0
-    // One statement per claim: rows of one claim share owner and time (`heldByCqn`).
+    // One statement per claim: rows of one claim share owner and time (`underClaimsCqn`).
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
       released += Number(await q.release(group, dueAt ?? new Date(group[0].claimedAt), alone))
     }
@@ -214,10 +214,10 @@ export class PortableStore implements QueueStore, Numbering {
     return Number(await q.reindex(claim, index)) === 1
   }
 
-  async held(claims: Claim[]): Promise<Set<string>> {
+  async stillClaimed(claims: Claim[]): Promise<Set<string>> {
     const held = new Set<string>()
     for (const group of groupBy(claims, c => `${c.claimedBy} ${c.claimedAt}`).values()) {
-      for (const { ID } of (await q.held(group)) as { ID: string }[]) held.add(ID)
+      for (const { ID } of (await q.stillClaimed(group)) as { ID: string }[]) held.add(ID)
     }
     return held
   }
@@ -232,7 +232,7 @@ export class PortableStore implements QueueStore, Numbering {
       // No RETURNING in CQL: when some were lost, read back which are still held (the UPDATE holds their locks).
       if (renewed === claims.length) return new Set(claims.map(c => c.ID))
       if (renewed === 0) return new Set<string>()
-      return new Set(((await q.held(claims)) as { ID: string }[]).map(r => r.ID))
+      return new Set(((await q.stillClaimed(claims)) as { ID: string }[]).map(r => r.ID))
     })
   }
 
@@ -260,9 +260,9 @@ export class PortableStore implements QueueStore, Numbering {
     return changed
   }
 
-  /** Nothing to hold back: held-back rows stay in the claim's range, which checks each candidate's key. */
-  async holdBack(): Promise<HeldBack> {
-    return { held: 0, more: false }
+  /** Nothing to park: keyed rows stay in the claim's range, which checks each candidate's key. */
+  async park(): Promise<Parked> {
+    return { parked: 0, more: false }
   }
 
   /** Updates the rows `where` selects, each with what `set` gives it (rows alike together, a chunk of IDs at a time). */

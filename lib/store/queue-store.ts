@@ -69,17 +69,17 @@ export interface QueueStore {
   /** Gives up the row `claim` holds, its index written as `index` says; false if the claim did not hold it. */
   reindex(claim: Claim, index: ClaimIndex): Promise<boolean>
   /** Which of `claims` the table holds (their rows exist, still under these claims): their IDs. */
-  held(claims: Claim[]): Promise<Set<string>>
+  stillClaimed(claims: Claim[]): Promise<Set<string>>
   /** Moves the leases of `claims` (of one claim) to `until`, in a transaction of its own; the IDs of those still held. */
   renewAll(claims: Claim[], until: number): Promise<Set<string>>
   /** Brings the plugin's index columns in line with CAP's columns where others wrote them; the rows changed. */
   reconcile(limits: AttemptLimits, now: number, timeout: number): Promise<number>
   /**
-   * Holds back keyed rows others wrote (CAP's runner, scripts, a bulk import) behind an earlier message of their key,
+   * Parks keyed rows others wrote (CAP's runner, scripts, a bulk import) behind an earlier message of their key,
    * so claims never read them: a bounded number in the current transaction, and whether more may be left (the caller
    * goes on in a transaction of its own, until none is).
    */
-  holdBack(): Promise<HeldBack>
+  park(): Promise<Parked>
   /** The claims held in the names `owners` according to the table. */
   claimsOf(owners: string[]): Promise<Claim[]>
   /**
@@ -124,9 +124,9 @@ export interface QueueStore {
   lockOnBegin(): void
 }
 
-/** What one `holdBack` did: the rows it held back, and whether more may be waiting for it. */
-export interface HeldBack {
-  held: number
+/** What one `park` did: the rows it parked, and whether more may be waiting for it. */
+export interface Parked {
+  parked: number
   more: boolean
 }
 

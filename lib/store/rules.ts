@@ -241,7 +241,7 @@ export const BLOCKS_NOTHING: { sql: string; cqn: Cqn } = { sql: 'orderingKey IS 
 export const NOT_DUE = { sql: 'dueAt IS NULL', cqn: { dueAt: null } } as const
 
 /**
- * `dueAt` of a message held back behind an earlier message of its ordering key: past any claim's range, so claims
+ * `dueAt` of a message parked behind an earlier message of its ordering key: past any claim's range, so claims
  * never read it, however many there are. When its key's earlier messages are done, it becomes due at its `timestamp`
  * (see `promoteNext`). A text literal, so partial indexes and the statements that use them agree on every database.
  */
@@ -253,10 +253,10 @@ export const PARKED_AT = PARKED.slice(1, -1)
 export const UNCLAIMED = { sql: 'status = NULL, claimedBy = NULL, claimedAt = NULL', cqn: { status: null, claimedBy: null, claimedAt: null } } as const
 
 /**
- * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them, as CQN (statements.heldBy is the same
+ * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them, as CQN (statements.underClaims is the same
  * guard in SQL): every outcome is written only under it. The rows of one claim share owner and time.
  */
-export function heldByCqn(claims: Claim[]): Cqn {
+export function underClaimsCqn(claims: Claim[]): Cqn {
   const { claimedBy, claimedAt } = claims[0]
   return {
     xpr: [ref('claimedBy'), '=', val(claimedBy), 'and', ref('claimedAt'), '=', val(new Date(claimedAt).toISOString()),

@@ -24,7 +24,7 @@ function claimedColumns(dialect: Dialect): string {
  * Rows `IDs` while the claim of `claimedBy` at `claimedAt` still holds them. The rows of one claim share owner and
  * time, so this guards one row's outcome as well as a whole slot's.
  */
-export function heldBy(claims: Claim[]): Fragment {
+export function underClaims(claims: Claim[]): Fragment {
   const { claimedBy, claimedAt } = claims[0]
   return {
     sql: `claimedBy = ? AND claimedAt = ? AND ID IN (${claims.map(() => '?').join(', ')})`,
@@ -86,7 +86,7 @@ export function insert(message: NewMessage, appid: string | null): Fragment {
   return { sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (${INSERT_VALUES})`, params: insertParams(message, appid) }
 }
 
-/** A new message with an ordering key: held back (`PARKED`) if an earlier message of its key is in the table. */
+/** A new message with an ordering key: parked (`PARKED`) if an earlier message of its key is in the table. */
 export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKey: string }, appid: string | null, ownE: Fragment): Fragment {
   const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
   const first = firstOfKey('?', 'e', ownE)
@@ -99,7 +99,7 @@ export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKe
 }
 
 /**
- * The first message of each of `keys` (by timestamp, then ID) becomes due at its `timestamp` if it was held back:
+ * The first message of each of `keys` (by timestamp, then ID) becomes due at its `timestamp` if it was parked:
  * run where a row of the key is done (deleted, or a dead letter leaving its key), in the same transaction.
  */
 export function promoteNext(keys: string[], ownF: Fragment): Fragment {
@@ -111,8 +111,8 @@ export function promoteNext(keys: string[], ownF: Fragment): Fragment {
 }
 
 /**
- * Reconciliation: holds back messages others wrote (CAP's runner, scripts, CQL handlers on the table) behind an
- * earlier message of their key, at most `limit` (see `NativeStore.holdBack`). Only rows never attempted: their due
+ * Reconciliation: parks messages others wrote (CAP's runner, scripts, CQL handlers on the table) behind an
+ * earlier message of their key, at most `limit` (see `NativeStore.park`). Only rows never attempted: their due
  * time is their `timestamp`, which `promoteNext` restores.
  */
 export function park(own: Fragment, ownE: Fragment, dialect: Locking, limit: number): Fragment {
@@ -126,8 +126,8 @@ export function park(own: Fragment, ownE: Fragment, dialect: Locking, limit: num
 }
 
 /**
- * Reconciliation: the keys of held-back messages after `after` (at most `limit`, in key order, one index probe
- * each) with the first message of each key. Where that first message is itself held back, whatever made it the
+ * Reconciliation: the keys of parked messages after `after` (at most `limit`, in key order, one index probe
+ * each) with the first message of each key. Where that first message is itself parked, whatever made it the
  * first (its predecessor deleted by a script or CAP's runner, a completion that committed beside the enqueue of the
  * next message) was not seen by `promoteNext`.
  */
@@ -144,7 +144,7 @@ export function parkedKeys(ownP: Fragment, ownF: Fragment, after: string, limit:
   }
 }
 
-/** Held-back rows `IDs` become due at their `timestamp`. */
+/** Parked rows `IDs` become due at their `timestamp`. */
 export function unpark(IDs: string[]): Fragment {
   return { sql: `UPDATE ${TABLE} SET dueAt = timestamp WHERE dueAt = ${PARKED} AND ID IN (${IDs.map(() => '?').join(', ')})`, params: IDs }
 }
@@ -251,8 +251,8 @@ export function keysRunningElsewhere(ownE: Fragment, owner: string, claimedAt: s
 }
 
 /** An UPDATE of claimed rows, only while `claims` still hold them. */
-function whileHeld(set: string, params: unknown[], claims: Claim[]): Fragment {
-  const held = heldBy(claims)
+function whileClaimed(set: string, params: unknown[], claims: Claim[]): Fragment {
+  const held = underClaims(claims)
   return { sql: `UPDATE ${TABLE} SET ${set} WHERE ${held.sql}`, params: [...params, ...held.params] }
 }
 
@@ -270,28 +270,28 @@ export function rowStates(dialect: Dialect, IDs: string[]): Fragment {
 /** The claim's index of a row `claim` holds, as `index` says (the claim gives the row up). */
 export function reindex(claim: Claim, index: ClaimIndex): Fragment {
   const { claimedBy, claimedAt, dueAt } = index
-  return whileHeld('claimedBy = ?, claimedAt = ?, dueAt = ?', [claimedBy, claimedAt === null ? null : iso(claimedAt), iso(dueAt)], [claim])
+  return whileClaimed('claimedBy = ?, claimedAt = ?, dueAt = ?', [claimedBy, claimedAt === null ? null : iso(claimedAt), iso(dueAt)], [claim])
 }
 
 /** Counts an interruption of `claims` now, for the one their takeover will find (see `claim`). */
 export function interrupt(claims: Claim[]): Fragment {
-  return whileHeld('interrupted = interrupted + 1', [], claims)
+  return whileClaimed('interrupted = interrupted + 1', [], claims)
 }
 
 /** The IDs of `claims` (of one claim) still held. */
-export function whichHeld(claims: Claim[]): Fragment {
-  const held = heldBy(claims)
+export function whichStillClaimed(claims: Claim[]): Fragment {
+  const held = underClaims(claims)
   return { sql: `SELECT ID AS "ID" FROM ${TABLE} WHERE ${held.sql}`, params: held.params }
 }
 
 /** Hands claimed rows back unprocessed, due at `dueAt`. */
 export function release(claims: Claim[], dueAt: Date, alone = false): Fragment {
-  return whileHeld(`${UNCLAIMED.sql}, dueAt = ?${alone ? ', interrupted = interrupted + 1' : ''}`, [iso(dueAt)], claims)
+  return whileClaimed(`${UNCLAIMED.sql}, dueAt = ?${alone ? ', interrupted = interrupted + 1' : ''}`, [iso(dueAt)], claims)
 }
 
 /** Hands a claimed row back without an attempt (its broker is away), marked, with its service and event where it has none. */
 export function waitForBroker(claim: Claim, dueAt: Date, lastError: string, described: Described): Fragment {
-  return whileHeld(
+  return whileClaimed(
     `${UNCLAIMED.sql}, dueAt = ?, lastError = ?, service = COALESCE(service, ?), event = COALESCE(event, ?)`,
     [iso(dueAt), lastError, described.service ?? null, described.event ?? null],
     [claim]
@@ -317,13 +317,13 @@ export function aliveOf(own: Fragment, service: string, limits: AttemptLimits): 
 
 /** Deletes processed rows, while their claims hold them. */
 export function complete(claims: Claim[]): Fragment {
-  const held = heldBy(claims)
+  const held = underClaims(claims)
   return { sql: `DELETE FROM ${TABLE} WHERE ${held.sql}`, params: held.params }
 }
 
 /** Moves a completed occurrence of a recurring task to its next one. */
 export function recur(claim: Claim, timestamp: string, dueAt: Date): Fragment {
-  return whileHeld(`${UNCLAIMED.sql}, attempts = 0, lastError = NULL, timestamp = ?, dueAt = ?`, [timestamp, iso(dueAt)], [claim])
+  return whileClaimed(`${UNCLAIMED.sql}, attempts = 0, lastError = NULL, timestamp = ?, dueAt = ?`, [timestamp, iso(dueAt)], [claim])
 }
 
 /**
@@ -332,7 +332,7 @@ export function recur(claim: Claim, timestamp: string, dueAt: Date): Fragment {
  */
 export function fail(claim: Claim, attempts: number, lastError: string | null, dueAt: Date | null, now: number, leaveKey: boolean, described: Described): Fragment {
   // a failure the handler reported: the message ran to an end, so it runs in batches again
-  return whileHeld(
+  return whileClaimed(
     `${UNCLAIMED.sql}, attempts = ?, lastError = ?, lastAttemptTimestamp = ?, dueAt = ?, interrupted = 0,
       service = COALESCE(service, ?), event = COALESCE(event, ?)${leaveKey ? ', orderingKey = NULL' : ''}`,
     [attempts, lastError, iso(now), dueAt && iso(dueAt), described.service ?? null, described.event ?? null],
@@ -351,7 +351,7 @@ export interface Described {
  * runner keeps seeing a long handler's row held.
  */
 export function renew(claims: Claim[], until: number, now: number): Fragment {
-  const update = whileHeld('dueAt = ?, lastAttemptTimestamp = ?', [iso(until), iso(now)], claims)
+  const update = whileClaimed('dueAt = ?, lastAttemptTimestamp = ?', [iso(until), iso(now)], claims)
   return { sql: `${update.sql} RETURNING ID AS "ID"`, params: update.params }
 }
 
@@ -361,7 +361,7 @@ export function taskTimestamp(dialect: Dialect, ID: string): Fragment {
 
 /**
  * When the next row of this app, of queues other than `skipTargets`, becomes due (or a lease expires) after `after`;
- * held-back rows wait for their key.
+ * parked rows wait for their key.
  */
 export function nextDue(dialect: Dialect, own: Fragment, after: number, skipTargets: string[]): Fragment {
   const skip = skipTargets.length ? ` AND target NOT IN (${skipTargets.map(() => '?').join(', ')})` : ''

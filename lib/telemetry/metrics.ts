@@ -1,6 +1,5 @@
 import type { BatchObservableResult, Counter, Histogram, Meter, MeterProvider, ObservableGauge } from '@opentelemetry/api'
-import type { QueueSnapshot } from '../interfaces'
-import type { BrokerWait } from '../runner/broker-waits'
+import type { BrokerWait, QueueSnapshot } from '../interfaces'
 import { ATTR, attributesOf, errorType, METRIC, MESSAGING_SYSTEM, PROCESS, SCOPE, SEND } from './names'
 import { openTelemetry } from './otel'
 

@@ -6,7 +6,7 @@ import { ENTITY, isDeadLetter, ownRowsCqn, PROCESSING } from '../store/rules'
 
 /**
  * What a test reads of the queue: the messages in `cds.outbox.Messages` as the app's database has them, `msg`
- * decoded, and the messages a request or a transaction queued — read while the runner is held back, so that none of
+ * decoded, and the messages a request or a transaction queued — read while the runner is on hold, so that none of
  * them has run (and gone) before the test looks.
  */
 
@@ -127,7 +127,7 @@ export function committedSince(before: Set<string>, tenant: string | undefined):
  * Holds the runner back while `fn` runs: what `fn` queues stays in the table until the test has read it. Nothing new
  * is claimed meanwhile (at enqueue neither); what runs already finishes; `cds.flush()` processes nothing while held.
  */
-export async function whileHeld<T>(fn: () => Promise<T>): Promise<T> {
+export async function whileOnHold<T>(fn: () => Promise<T>): Promise<T> {
   const release = eventQueues().runner.hold()
   try {
     return await fn()
@@ -142,7 +142,7 @@ export async function whileHeld<T>(fn: () => Promise<T>): Promise<T> {
  * waits for them). If `fn` fails, so does this.
  */
 export function queuedBy(fn: () => unknown, options: TenantOption = {}): Promise<QueuedMessage[]> {
-  return whileHeld(async () => {
+  return whileOnHold(async () => {
     const before = await present(options.tenant)
     await fn()
     return committedSince(before, options.tenant)

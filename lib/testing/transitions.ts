@@ -1,6 +1,6 @@
 import { AssertionError } from 'assert'
 import cds from '@sap/cds'
-import { committedSince, present, queuedSince, whileHeld, type QueuedMessage, type TenantOption } from './messages'
+import { committedSince, present, queuedSince, whileOnHold, type QueuedMessage, type TenantOption } from './messages'
 
 /**
  * The outbox pattern's test of a state transition: the transition queues exactly its events, in its own transaction,
@@ -55,11 +55,11 @@ const ROLLED_BACK = Symbol('rolled back by expectQueued')
  * Runs `fn` — a state transition — in a transaction of its own (`cds.tx`, handed to `fn`) and asserts that it queued
  * exactly the `expected` messages, in that order, in that transaction: read inside it before it commits, and
  * committed with it. With `rollback: true` the transaction is rolled back instead, and none of them may be left.
- * The runner is held back meanwhile, so no message runs before it is read. Resolves to the messages queued.
+ * The runner is on hold meanwhile, so no message runs before it is read. Resolves to the messages queued.
  */
 export function expectQueued(fn: (tx: unknown) => unknown, expected: ExpectedMessage | ExpectedMessage[], options: TransitionOptions = {}): Promise<QueuedMessage[]> {
   const wanted = Array.isArray(expected) ? expected : [expected]
-  return whileHeld(async () => {
+  return whileOnHold(async () => {
     const tenant = options.tenant ?? cds.context?.tenant
     const before = await present(tenant)
     let inside: QueuedMessage[] = []

@@ -13,7 +13,7 @@ const broker = project => ({
   ...project,
   rootDir: root,
   testMatch: ['<rootDir>/test/broker/*.test.js'],
-  testPathIgnorePatterns: project.testPathIgnorePatterns.filter(p => p !== '/test/broker/').map(p => p.replace('/test/postgres-', '/postgres-'))
+  testPathIgnorePatterns: project.testPathIgnorePatterns.filter(p => p !== '/test/broker/')
 })
 
 module.exports = {

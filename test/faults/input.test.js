@@ -87,7 +87,7 @@ describe('faults: bad input', () => {
   })
 
   test('invalid queue options fail with an error naming the option, the value and what is allowed', () => {
-    const { compileQueue } = require('../../lib/config')
+    const { compileQueue } = require('../../lib/config/queue')
     const where = 'cds.requires.queue'
     expect(() => compileQueue('q', { maxMessageSize: '10MB' }, where)).toThrow(/Invalid cds\.requires\.queue\.maxMessageSize: "10MB"\. Expected an integer >= 1024/)
     expect(() => compileQueue('q', { handlerTimeout: '1.5 fortnights' }, where)).toThrow(/cds\.requires\.queue\.handlerTimeout/)
