@@ -62,19 +62,33 @@ function withSequence(message: DecodedMessage, sequence: number | null | undefin
   return { ...message, request: { ...request, queue: { ...request.queue, sequence } } }
 }
 
+/** A claimed message of a slot, decoded and due to run (see `prepare`): `index` is its place in the slot. */
+export interface ReadyEntry extends SlotEntry {
+  message: DecodedMessage
+  index: number
+}
+
+/**
+ * Decodes the slot's `entries` and settles those that must not run (`prepare`), their results in `results` (by index):
+ * what is left to run, in slot order. A settled one counts as started, unless the runner took it back meanwhile.
+ */
+export function prepareAll(entries: SlotEntry[], queue: QueueSettings, results: AttemptResult[]): ReadyEntry[] {
+  const ready: ReadyEntry[] = []
+  entries.forEach((entry, index) => {
+    const prepared = prepare(entry.row, queue)
+    if (!prepared.outcome) return void ready.push({ ...entry, message: prepared.message, index })
+    results[index] = entry.start() ? prepared : notStarted(entry, queue)
+  })
+  return ready
+}
+
 /**
  * Runs one claimed message through its service, in a transaction of that service with the stored event context.
  * The row is deleted in that same transaction, so the handler's database writes and the completion commit or
  * roll back together.
  */
-export function attempt(row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
-  return attemptPrepared(prepare(row, queue), row, claim, queue, store, signal)
-}
-
-/** `attempt` of a row `prepare` has decoded already. */
-export async function attemptPrepared(prepared: Prepared, row: MessageRow, claim: Claim, queue: QueueSettings, store: QueueStore, signal: AbortSignal): Promise<AttemptResult> {
-  if (prepared.outcome) return prepared
-  const message = prepared.message
+export async function attempt(entry: ReadyEntry, queue: QueueSettings, store: QueueStore): Promise<AttemptResult> {
+  const { row, claim, message, signal } = entry
   if (isOccurrence(row, message) && !(await stillScheduled(claim, store))) return { outcome: NOT_STARTED, message }
   try {
     await traced(row, message, () => dispatchInTx(message, runtimeInfo(row, signal), (srv, result) =>

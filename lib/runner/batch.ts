@@ -1,17 +1,15 @@
 import cds from '@sap/cds'
 import { contextWithTransaction, runInContext } from '../cap/contexts'
 import { beforeBegin } from '../cap/transactions'
-import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
 import type { Claim, QueueSettings } from '../interfaces'
 import type { BatchingStore, DatabaseTransaction } from '../store'
-import { notStarted, prepare, type AttemptResult, type SlotEntry } from './attempt'
+import { notStarted, type AttemptResult, type ReadyEntry } from './attempt'
 import { asBatchMessage, type BatchMessage } from './batch-connections'
 import { contextFor, eventFor, runtimeInfo, serviceOf, sessionKey, traced, type Service } from './dispatch'
 import { brokerWaits } from './broker-waits'
 import { throwIfTenantGone } from './lease'
 import { ClaimsLost, failed, failedTogether, isOccurrence, NOT_STARTED, stillScheduled, succeeded } from './outcomes'
-import { relayWhatCan } from './relay'
 import { wireHeaders } from '../wire'
 import { LOG } from '../log'
 import { clock } from '../time/clock'
@@ -23,11 +21,6 @@ import { clock } from '../time/clock'
  * are deleted together at the end, in the same transaction, so their handlers' writes and their deletion still
  * commit together. A retry or dead letter is recorded after the batch, as for a message run alone.
  */
-
-interface Ready extends SlotEntry {
-  message: DecodedMessage
-  index: number
-}
 
 /** A service transaction as CAP returns it from `srv.tx(ctx)`: finished by the batch once the database commits. */
 interface ServiceTx extends Service {
@@ -42,41 +35,31 @@ interface ServiceTx extends Service {
 const TRANSACTION_TIME = 100
 
 /**
- * Runs the entries of one claim of one queue: the outbound messages the relay publishes in batches first (relay.ts),
- * then the others one after another, grouped by session, each group in as few transactions as `TRANSACTION_TIME`
- * allows; results in entry order. One after another: a batch is one of the runner's `concurrency` slots.
+ * Runs the `ready` entries of one claim of one queue (what the relay left of them, see slot.ts) one after another,
+ * grouped by session, each group in as few transactions as `TRANSACTION_TIME` allows; results in `results` by
+ * their index. One after another: a batch is one of the runner's `concurrency` slots.
  */
-export async function attemptBatch(entries: SlotEntry[], queue: QueueSettings, store: BatchingStore): Promise<AttemptResult[]> {
-  const results: AttemptResult[] = new Array(entries.length)
-  const ready: Ready[] = []
-  entries.forEach((entry, index) => {
-    const prepared = prepare(entry.row, queue)
-    if (prepared.outcome && entry.start()) return void (results[index] = prepared)
-    if (prepared.outcome) return void (results[index] = notStarted(entry, queue))
-    ready.push({ ...entry, message: prepared.message, index })
-  })
-  const dispatched = await relayWhatCan(ready, queue, store, results)
-  for (const group of groupBy(dispatched, entry => sessionKey(entry.message)).values()) {
+export async function attemptBatch(ready: ReadyEntry[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<void> {
+  for (const group of groupBy(ready, entry => sessionKey(entry.message)).values()) {
     for (let from = 0; from < group.length; ) from += await runInOneTransaction(group.slice(from), queue, store, results)
   }
-  return results
 }
 
 /**
  * Runs the first entries of `group` in one transaction, as many as `TRANSACTION_TIME` allows; how many it ran. A task's
  * occurrence only heads one: whether it may start is read before the transaction begins (see `stillScheduled`).
  */
-async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<number> {
+async function runInOneTransaction(group: ReadyEntry[], queue: QueueSettings, store: BatchingStore, results: AttemptResult[]): Promise<number> {
   const head = group[0]
   if (isOccurrence(head.row, head.message) && !(await stillScheduled(head.claim, store))) {
-    // as a message that must not run (attemptBatch): unless the runner handed it back meanwhile
+    // as a message that must not run (prepareAll): unless the runner handed it back meanwhile
     results[head.index] = head.start() ? { outcome: NOT_STARTED, message: head.message } : notStarted(head, queue)
     return 1
   }
   const started = Date.now()
   let taken = 0
-  const failedWith = (entry: Ready, error: unknown): AttemptResult => ({ outcome: failed(error, entry.row, queue), message: entry.message })
-  const handled: { entry: Ready; tx: ServiceTx }[] = []
+  const failedWith = (entry: ReadyEntry, error: unknown): AttemptResult => ({ outcome: failed(error, entry.row, queue), message: entry.message })
+  const handled: { entry: ReadyEntry; tx: ServiceTx }[] = []
   try {
     await cds.tx(contextFor(group[0].message), async () => {
       const shared = store.sharedTransaction()
@@ -152,7 +135,7 @@ async function runInOneTransaction(group: Ready[], queue: QueueSettings, store: 
  * Dispatches one message in a service transaction of its own context (correlation id, headers, its own
  * `succeeded`/`failed` listeners), whose database transaction is its part of the shared one.
  */
-async function runOne(entry: Ready, db: DatabaseTransaction, queue: QueueSettings, store: BatchingStore, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
+async function runOne(entry: ReadyEntry, db: DatabaseTransaction, queue: QueueSettings, store: BatchingStore, complete: (claim: Claim) => Promise<boolean>): Promise<ServiceTx> {
   const { row, claim, message, signal } = entry
   const srv = (await serviceOf(message)) as Service & { tx(ctx: object): ServiceTx }
   // a relay whose broker this process waits for does not start (unless it probes): it waits, uncharged

@@ -2,13 +2,12 @@ import cds from '@sap/cds'
 import { runInContext } from '../cap/contexts'
 import { isOutboundMessage, publishesConcurrently } from '../cap/messaging'
 import { beforeBegin, transactionOfContext } from '../cap/transactions'
-import type { DecodedMessage } from '../codec'
 import { groupBy } from '../group-by'
 import type { QueueSettings } from '../interfaces'
 import { publishAll, publishesBatches, type BatchPublisher } from '../messaging/batch-publisher'
 import type { QueueStore } from '../store'
 import { wireHeaders } from '../wire'
-import { notStarted, type AttemptResult, type SlotEntry } from './attempt'
+import { notStarted, type AttemptResult, type ReadyEntry } from './attempt'
 import { hasSucceededCallback } from './callbacks'
 import { brokerWaits } from './broker-waits'
 import { contextFor, dispatchInTx, runtimeInfo, serviceOf, sessionKey, traced } from './dispatch'
@@ -40,12 +39,6 @@ import { clock } from '../time/clock'
  * published together are therefore of different keys, or unordered.
  */
 
-/** A claimed message of a slot, decoded: `index` is its place in the slot. */
-export interface Relayable extends SlotEntry {
-  message: DecodedMessage
-  index: number
-}
-
 /** A service the relay publishes to in batches (see above). */
 type Publisher = cds.Service & Partial<BatchPublisher>
 
@@ -57,9 +50,9 @@ type Answer = { accepted: true; at: number } | { accepted: false; error: unknown
  * their results in `results` (by index); returns the others, which the caller dispatches. A task's occurrence is
  * dispatched (it heads a transaction of its own, see batch.ts).
  */
-export async function relayWhatCan<T extends Relayable>(entries: T[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<T[]> {
-  const relayed: { entry: T; srv: Publisher }[] = []
-  const dispatched: T[] = []
+export async function relayWhatCan(entries: ReadyEntry[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<ReadyEntry[]> {
+  const relayed: { entry: ReadyEntry; srv: Publisher }[] = []
+  const dispatched: ReadyEntry[] = []
   // by service name; undefined where it cannot be connected: its dispatch fails the message, as any attempt's
   const services = new Map<string, cds.Service | undefined>()
   for (const entry of entries) {
@@ -81,7 +74,7 @@ export async function relayWhatCan<T extends Relayable>(entries: T[], queue: Que
  * as a dispatched message's success is written (its callback); the refused ones as failed attempts. Nothing of it
  * holds a database connection while the broker answers.
  */
-async function relay(relayed: { entry: Relayable; srv: Publisher }[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
+async function relay(relayed: { entry: ReadyEntry; srv: Publisher }[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
   const answered: Promise<void>[] = []
   const together: Accepted[] = []
   const alone: Accepted[] = []
@@ -103,7 +96,7 @@ async function relay(relayed: { entry: Relayable; srv: Publisher }[], queue: Que
 
 /** A relayed message the broker accepted `at` (see `Outcome`), for the service `srv`. */
 interface Accepted {
-  entry: Relayable
+  entry: ReadyEntry
   srv: Publisher
   at: number
 }
@@ -115,7 +108,7 @@ const done = ({ entry, at }: Accepted): AttemptResult => ({ outcome: { kind: 'su
  * Publishes `entries`, messages of one session for `srv`, at once: per entry, in order, the broker's answer, each in
  * the span of its attempt (see `traced`).
  */
-function publish(srv: Publisher, entries: Relayable[]): Promise<Answer>[] {
+function publish(srv: Publisher, entries: ReadyEntry[]): Promise<Answer>[] {
   const answered = (sent: Promise<unknown>) => sent.then((): Answer => ({ accepted: true, at: clock.now() }), (error: unknown): Answer => ({ accepted: false, error }))
   if (!publishesBatches(srv)) {
     // dispatched as each would be alone (dispatch.ts), all at once
@@ -123,7 +116,7 @@ function publish(srv: Publisher, entries: Relayable[]): Promise<Answer>[] {
   }
   // a relay whose broker this process waits for does not start (unless it probes): it waits, uncharged (dispatchInTx
   // asks the same for the messages dispatched above)
-  const waiting = new Map<Relayable, unknown>()
+  const waiting = new Map<ReadyEntry, unknown>()
   for (const entry of entries) {
     try {
       brokerWaits.admit(entry.message)
@@ -183,7 +176,7 @@ async function recordSuccess(accepted: Accepted, queue: QueueSettings, store: Qu
  * dispatched message's work runs: SQLite's write lock taken as it begins, and not begun once their tenant was
  * unsubscribed (see dispatchInTx).
  */
-function inTransactionOf(entries: Relayable[], store: QueueStore, fn: () => Promise<void>): Promise<void> {
+function inTransactionOf(entries: ReadyEntry[], store: QueueStore, fn: () => Promise<void>): Promise<void> {
   return cds.tx(contextFor(entries[0].message), async () => {
     store.lockOnBegin()
     beforeBegin(transactionOfContext()!, () => entries.forEach(entry => throwIfTenantGone(entry.signal)))

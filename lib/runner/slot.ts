@@ -2,7 +2,7 @@ import type { MessageRow, QueueSettings } from '../interfaces'
 import type { QueueStore } from '../store'
 import { batches } from '../store/queue-store'
 import { claimOf } from '../store/rules'
-import { attemptPrepared, notStarted, prepare, type AttemptResult, type SlotEntry } from './attempt'
+import { attempt, notStarted, prepareAll, type AttemptResult, type ReadyEntry, type SlotEntry } from './attempt'
 import { attemptBatch } from './batch'
 import { relayWhatCan } from './relay'
 import type { HeldMessage, Holdings } from './holdings'
@@ -60,35 +60,32 @@ export async function runSlot(host: SlotHost, queue: QueueSettings, rows: Messag
   }
 }
 
-function attemptAll(store: QueueStore, holdings: Holdings, queue: QueueSettings, entries: HeldMessage[]): Promise<AttemptResult[]> {
+/**
+ * The attempts of a slot's messages, in one shape whatever their number: decode them and settle those that must not run
+ * (`prepareAll`), relay the outbound messages the relay publishes in batches, together (relay.ts), then run the rest —
+ * several in shared transactions where the store has savepoints (batch.ts), else one after another, each in a
+ * transaction of its own (a message alone; the portable store). Results in entry order.
+ */
+async function attemptAll(store: QueueStore, holdings: Holdings, queue: QueueSettings, entries: HeldMessage[]): Promise<AttemptResult[]> {
   const slot: SlotEntry[] = entries.map(held => {
     const { row, lease } = held
     return { row, claim: lease.claim, signal: lease.signal, committed: () => lease.stop(), start: () => holdings.begin(held) }
   })
-  return entries.length > 1 && batches(store) ? attemptBatch(slot, queue, store) : attemptInTurn(store, queue, slot)
+  const results: AttemptResult[] = new Array(entries.length)
+  const ready = await relayWhatCan(prepareAll(slot, queue, results), queue, store, results)
+  if (ready.length > 1 && batches(store)) await attemptBatch(ready, queue, store, results)
+  else await attemptInTurn(ready, queue, store, results)
+  return results
 }
 
-/**
- * A slot's messages one after another, each in a transaction of its own: a message alone, or a store without
- * savepoints (the portable one), which cannot share one; but the outbound messages the relay publishes in batches
- * first, together (relay.ts). A message handed back before its turn does not start.
- */
-async function attemptInTurn(store: QueueStore, queue: QueueSettings, entries: SlotEntry[]): Promise<AttemptResult[]> {
-  const results: AttemptResult[] = new Array(entries.length)
-  const prepared = entries.map(entry => prepare(entry.row, queue))
-  const decoded = entries.flatMap((entry, index) => {
-    const ready = prepared[index]
-    return ready.outcome ? [] : [{ ...entry, message: ready.message, index }]
-  })
-  await relayWhatCan(decoded, queue, store, results)
-  for (const [index, entry] of entries.entries()) {
-    if (results[index]) continue
+/** The `ready` entries one after another, each in a transaction of its own; one handed back before its turn does not start. */
+async function attemptInTurn(ready: ReadyEntry[], queue: QueueSettings, store: QueueStore, results: AttemptResult[]): Promise<void> {
+  for (const entry of ready) {
     if (!entry.start()) {
-      results[index] = notStarted(entry, queue)
+      results[entry.index] = notStarted(entry, queue)
       continue
     }
-    results[index] = await attemptPrepared(prepared[index], entry.row, entry.claim, queue, store, entry.signal)
+    results[entry.index] = await attempt(entry, queue, store)
     entry.committed()
   }
-  return results
 }
