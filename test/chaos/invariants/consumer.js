@@ -206,6 +206,19 @@ function redeliveryFaults(f) {
   return faults
 }
 
+/**
+ * The event ID in an inbox receipt's key: `{"source":…,"id":…}` (CloudEvents; `topic` for other IDs) since the inbox
+ * deduplicates by what makes an event unique (issue 31, defect 7), the bare ID before.
+ */
+function eventIdOf(receiptId) {
+  if (!receiptId.startsWith('{')) return receiptId
+  try {
+    return String(JSON.parse(receiptId).id)
+  } catch {
+    return receiptId
+  }
+}
+
 function I20(f) {
   const consumer = f.final.consumer
   if (!consumer) return []
@@ -215,7 +228,7 @@ function I20(f) {
   const faults = redeliveryFaults(f).map(x => ({ ...x, used: 0 }))
   const unexplained = []
   for (const r of consumer.receipts.filter(r => r.scope.endsWith('inbox:messaging') && r.duplicates > 0)) {
-    const wid = widOf.get(r.ID)
+    const wid = widOf.get(eventIdOf(r.ID))
     // the test mode's copy, and copies the producer published again (I17 judges those)
     let extra = r.duplicates - twice - Math.max(0, (copies.get(wid) ?? 1) - 1)
     const at = Date.parse(/Z$|[+-]\d\d:?\d\d$/.test(r.recordedAt) ? r.recordedAt : `${r.recordedAt.replace(' ', 'T')}Z`)
