@@ -104,7 +104,7 @@ export async function readControls(appid: string | undefined): Promise<QueueCont
  */
 export async function takeStarts(appid: string | undefined, queue: string, limit: RateLimitSettings, wanted: number): Promise<Taken> {
   const row = await locked(appid, queue, ['rateWindow'])
-  const taken = take(row?.rateWindow as string | undefined, limit, wanted, clock.now())
+  const taken = take(row?.rateWindow as string | undefined, limit, wanted, clock.span())
   if (taken.granted > 0) await UPDATE(CONTROLS).set({ rateWindow: taken.window }).where(key(appid, queue))
   return taken
 }
