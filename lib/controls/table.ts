@@ -100,7 +100,7 @@ export async function readControls(appid: string | undefined): Promise<QueueCont
  * Up to `wanted` starts of `queue` from its shared window, counted at the time the row is locked: the messages start
  * right after this transaction, however long the lock took to get. The time is the database's, as every instance
  * writes and reads the window in it: by its own clock, an instance two hours behind stored starts the others took for
- * over an hour old, and they started a second hour's worth (test/rate-limit-instances.test.js).
+ * over an hour old, and they started a second hour's worth (test/runner/rate-limit-instances.test.js).
  */
 export async function takeStarts(appid: string | undefined, queue: string, limit: RateLimitSettings, wanted: number): Promise<Taken> {
   const row = await locked(appid, queue, ['rateWindow'])

@@ -36,7 +36,7 @@ export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockR
  * Reads the database's clock, in the current transaction, if this process has not read it yet: before the first row it
  * stamps with the queue's time (lib/time/clock.ts). The runner reads it at its first pass, which on a loaded machine
  * comes seconds after the app serves, and a script that only queues runs no runner; until then the rows' times were
- * the process's own clock's (a script 40 s behind wrote rows 40 s old: test/clock-skew.test.js). Once read, `clock.read`
+ * the process's own clock's (a script 40 s behind wrote rows 40 s old: test/runner/clock-skew.test.js). Once read, `clock.read`
  * stays true and this costs no statement.
  */
 export async function ensureDatabaseClock(db: cds.DatabaseService): Promise<void> {

@@ -1,6 +1,6 @@
 const { performance } = require('perf_hooks')
-const { DatabaseClock } = require('../lib/time/clock')
-const { take } = require('../lib/controls/rate-window')
+const { DatabaseClock } = require('../../lib/time/clock')
+const { take } = require('../../lib/controls/rate-window')
 
 /**
  * A queue's shared rate window (lib/controls/rate-window.ts) as instances with different clocks take from it: each
