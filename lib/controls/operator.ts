@@ -7,7 +7,6 @@ import { iso } from '../store/rows'
 import { ENTITY, ownRowsCqn } from '../store/rules'
 import { pause, readControls, resume, type BreakerState, type QueueControl } from './table'
 import { LOG } from '../log'
-import { clock } from '../time/clock'
 
 /**
  * What operators do with a queue's controls and see of them — the operator service, the ops page (through it) and
@@ -50,7 +49,7 @@ async function checked(queues: QueueRegistry, appid: string | undefined, queue: 
 /** Pauses `queue` in the current transaction's database, for every instance; its controls afterwards. */
 export async function pauseQueue(queues: QueueRegistry, appid: string | undefined, queue: unknown, by: string): Promise<QueueControl> {
   const name = await checked(queues, appid, queue, 'pause')
-  const control = await pause(appid, name, by, clock.now())
+  const control = await pause(appid, name, by, Date.now())
   await announce(cds.db)
   if (control.pausedBy === by) LOG.info(`queue ${name} paused by ${by}: its messages stay in the table until it is resumed`)
   return control
@@ -59,7 +58,7 @@ export async function pauseQueue(queues: QueueRegistry, appid: string | undefine
 /** Resumes `queue` (and closes its circuit breaker) for every instance; its controls before and after. */
 export async function resumeQueue(queues: QueueRegistry, appid: string | undefined, queue: unknown, by: string): Promise<{ before: QueueControl; after: QueueControl }> {
   const name = await checked(queues, appid, queue, 'resume')
-  const changed = await resume(appid, name, by, clock.now())
+  const changed = await resume(appid, name, by, Date.now())
   await announce(cds.db)
   LOG.info(`queue ${name} resumed by ${by}: ${resumed(changed.before)}`)
   return changed

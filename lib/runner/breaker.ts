@@ -42,7 +42,7 @@ export class CircuitBreaker {
     return this.state === 'probing' && !this.probeRunning ? 1 : 0
   }
 
-  started(now: number): void {
+  started(now = Date.now()): void {
     if (this.state !== 'probing' || this.probeRunning) return
     this.probeRunning = true
     this.changed(now, { state: 'probing', until: now })

@@ -5,7 +5,6 @@ import type { Tenant } from '../tenants/tenants'
 import { CircuitBreaker } from './breaker'
 import { RateLimit } from './rate-limit'
 import { LOG } from '../log'
-import { clock } from '../time/clock'
 
 /** What the gates need of the runner. */
 export interface GatesHost {
@@ -26,8 +25,7 @@ const WINDOW_RETRY = 1000
 
 /**
  * What holds a queue's messages back besides the slots: an operator's pause, its `rateLimit` and its `circuitBreaker`
- * — each shared by every instance on the database through the queue's control row (db/controls.cds), per tenant, in
- * the database's time (lib/time/clock.ts), as the row's rate window and a breaker's `until` are compared by all. A
+ * — each shared by every instance on the database through the queue's control row (db/controls.cds), per tenant. A
  * gated queue's messages run one per slot (so a start is a handler call) and are never claimed at enqueue; a queue
  * whose gate is shut is skipped by claims, and the runner is woken when it opens again. A queue without a rate limit
  * or breaker that nobody paused passes without a statement.
@@ -90,7 +88,7 @@ export class Gates {
    * The queues of `tenant` claims skip now: the paused ones, and of `queues` those whose gate lets nothing start;
    * wakes the runner when the first opens again.
    */
-  shut(tenant: Tenant, queues: QueueSettings[], now = clock.now()): string[] {
+  shut(tenant: Tenant, queues: QueueSettings[], now = Date.now()): string[] {
     const paused = this.host.controls.paused(tenant)
     const shut = queues.filter(q => (q.rateLimit || q.circuitBreaker) && !paused.includes(q.name) && this.allowance(tenant, q, now) === 0)
     for (const queue of shut) {
@@ -105,7 +103,7 @@ export class Gates {
    * How many of `wanted` claimed messages of `queue` may start now: none while it is paused, a probe while its breaker
    * is open, and what the shared window of its rate limit grants (taken from it: they count as started).
    */
-  async admit(tenant: Tenant, queue: QueueSettings, wanted: number, now = clock.now()): Promise<number> {
+  async admit(tenant: Tenant, queue: QueueSettings, wanted: number, now = Date.now()): Promise<number> {
     const allowed = Math.min(wanted, this.allowance(tenant, queue, now))
     const limit = this.limitOf(tenant, queue)
     if (!limit || allowed === 0) return allowed
@@ -119,11 +117,11 @@ export class Gates {
     }
   }
 
-  started(tenant: Tenant, queue: QueueSettings, now = clock.now()): void {
+  started(tenant: Tenant, queue: QueueSettings, now = Date.now()): void {
     this.breakerOf(tenant, queue, now)?.started(now)
   }
 
-  settled(tenant: Tenant, queue: QueueSettings, outcome: Outcome, now = clock.now()): void {
+  settled(tenant: Tenant, queue: QueueSettings, outcome: Outcome, now = Date.now()): void {
     this.breakerOf(tenant, queue, now)?.settled(outcome, now)
   }
 
