@@ -10,6 +10,7 @@ import type { EventQueues } from '../plugin'
 import type { Runner } from '../runner/runner'
 import { dispatchNow } from '../runner/dispatch'
 import { claimAtEnqueue, type TransactionContext } from '../runner/reservations'
+import { ensureDatabaseClock } from '../store/database-time'
 import { sending } from '../telemetry/spans'
 import { upsertTask } from './schedule'
 import { LOG } from '../log'
@@ -119,6 +120,8 @@ async function persist(plugin: EventQueues, queue: QueueSettings, original: Serv
     if (inbound && e instanceof QueueError) return keepRefused(plugin, queue, original, req, context, stored, e)
     throw e
   }
+  // the row's times are the database's, also in a process that has not read its clock yet
+  await ensureDatabaseClock(cds.db)
   const receipt = inbound ? plugin.inbox.receiptOf(original.name, req) : undefined
   if (receipt && !(await plugin.inbox.receive(runner.store, receipt, queue.name, context.tenant))) return undefined
   markTenant(runner, context)

@@ -1,4 +1,5 @@
 import type { RateLimitSettings } from '../interfaces'
+import type { Span } from '../time/clock'
 
 /**
  * A queue's `rateLimit` window as every instance shares it (the `rateWindow` column of its control row): the starts of
@@ -32,15 +33,19 @@ function parse(stored: string | null | undefined): Bucket[] {
   }
 }
 
-/** Takes up to `wanted` starts at `now` from the `stored` window of a queue limited by `limit`. */
-export function take(stored: string | null | undefined, limit: RateLimitSettings, wanted: number, now: number): Taken {
+/**
+ * Takes up to `wanted` starts at `now` from the `stored` window of a queue limited by `limit`. `now` is the database's
+ * time as the instance knows it: a bucket leaves the window when the earliest time it may be is a period past the
+ * bucket, and the starts taken are counted at the latest, so that no instance lets them go early, whatever its clock.
+ */
+export function take(stored: string | null | undefined, limit: RateLimitSettings, wanted: number, now: Span): Taken {
   const width = Math.max(1, Math.floor(limit.per / BUCKETS))
   // a bucket counts while it ends after the window's start: one of its starts may be in the window
-  const live = parse(stored).filter(([end]) => end > now - limit.per).sort((a, b) => a[0] - b[0])
+  const live = parse(stored).filter(([end]) => end > now.earliest - limit.per).sort((a, b) => a[0] - b[0])
   const used = live.reduce((sum, [, starts]) => sum + starts, 0)
   const granted = Math.max(0, Math.min(wanted, limit.count - used))
   if (granted > 0) {
-    const end = (Math.floor(now / width) + 1) * width
+    const end = (Math.floor(now.latest / width) + 1) * width
     const last = live[live.length - 1]
     if (last?.[0] === end) last[1] += granted
     else live.push([end, granted])

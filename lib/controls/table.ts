@@ -3,6 +3,7 @@ import type { RateLimitSettings } from '../interfaces'
 import { dialectFor } from '../store/dialects'
 import { iso, millis } from '../store/rows'
 import { take, type Taken } from './rate-window'
+import { clock } from '../time/clock'
 
 /**
  * Every statement on `cds.outbox.QueueControls` (db/controls.cds), in CQL, so the native and the portable store share
@@ -97,13 +98,18 @@ export async function readControls(appid: string | undefined): Promise<QueueCont
 
 /**
  * Up to `wanted` starts of `queue` from its shared window, counted at the time the row is locked: the messages start
- * right after this transaction, however long the lock took to get.
+ * right after this transaction, however long the lock took to get. The time is the database's, as every instance
+ * writes and reads the window in it: by its own clock, an instance two hours behind stored starts the others took for
+ * over an hour old, and they started a second hour's worth (test/runner/rate-limit-instances.test.js). When the
+ * window opens again is said in this process's own time, in which the runner waits (gates.ts, as for its breakers):
+ * the database's time as this process knows it, less how far its own clock is off.
  */
 export async function takeStarts(appid: string | undefined, queue: string, limit: RateLimitSettings, wanted: number): Promise<Taken> {
   const row = await locked(appid, queue, ['rateWindow'])
-  const taken = take(row?.rateWindow as string | undefined, limit, wanted, Date.now())
+  const offset = clock.now() - Date.now()
+  const taken = take(row?.rateWindow as string | undefined, limit, wanted, clock.span())
   if (taken.granted > 0) await UPDATE(CONTROLS).set({ rateWindow: taken.window }).where(key(appid, queue))
-  return taken
+  return taken.opensAt === undefined ? taken : { ...taken, opensAt: taken.opensAt - offset }
 }
 
 /** Pauses `queue` (an earlier pause stands, with its time and user); its controls afterwards. */

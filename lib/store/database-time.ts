@@ -1,7 +1,7 @@
 import cds from '@sap/cds'
 import { performance } from 'perf_hooks'
 import { currentConnection } from '../cap/transactions'
-import type { ClockReading } from '../time/clock'
+import { clock, type ClockReading } from '../time/clock'
 import { nativeDialect } from './choose'
 import { dialectFor } from './dialects'
 import { ENTITY } from './rules'
@@ -30,6 +30,17 @@ export async function readDatabaseClock(db: cds.DatabaseService): Promise<ClockR
   const time = value instanceof Date ? value.getTime() : millis(value)
   if (Number.isNaN(time)) throw new Error(`cds-event-queues: the database's clock said ${String(value)}, which is not a time`)
   return { time, sent, received }
+}
+
+/**
+ * Reads the database's clock, in the current transaction, if this process has not read it yet: before the first row it
+ * stamps with the queue's time (lib/time/clock.ts). The runner reads it at its first pass, which on a loaded machine
+ * comes seconds after the app serves, and a script that only queues runs no runner; until then the rows' times were
+ * the process's own clock's (a script 40 s behind wrote rows 40 s old: test/runner/clock-skew.test.js). Once read, `clock.read`
+ * stays true and this costs no statement.
+ */
+export async function ensureDatabaseClock(db: cds.DatabaseService): Promise<void> {
+  if (!clock.read) clock.adjust(await readDatabaseClock(db))
 }
 
 /** The kinds whose dialect (store/dialect.ts) says the time to the millisecond. */

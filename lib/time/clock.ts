@@ -25,6 +25,15 @@ export interface ClockReading {
   received: number
 }
 
+/**
+ * The database's time now as a process knows it (epoch ms, whole): no earlier than `earliest`, no later than `latest`.
+ * Both are the process's own clock where it agrees with the readings (as `now()` says it).
+ */
+export interface Span {
+  earliest: number
+  latest: number
+}
+
 /** Where the database's time (epoch ms) was at `at` (`performance.now()`): between `low` and `high`. */
 interface Estimate {
   low: number
@@ -47,6 +56,21 @@ export class DatabaseClock {
     const { low, high } = advanced(e, performance.now())
     // whole milliseconds, as the table stores times: a claim recognizes its rows by the claimedAt it wrote
     return Math.round(Math.min(Math.max(own, low), high))
+  }
+
+  /**
+   * What the readings allow the database's time to be now: for what must not come early by any clock, as a rate
+   * limit's window shared by instances whose clocks disagree (controls/rate-window.ts). `now()` says one time within
+   * it, the nearest to the process's own; where that clock is off, the database's time may be the round trip of the
+   * readings earlier or later — and an instance whose clock is ahead would take a window's starts as gone that early.
+   */
+  span(): Span {
+    const own = Date.now()
+    const e = this.estimate
+    if (!e) return { earliest: own, latest: own }
+    const { low, high } = advanced(e, performance.now())
+    if (own >= low && own <= high) return { earliest: own, latest: own }
+    return { earliest: Math.floor(low), latest: Math.ceil(high) }
   }
 
   /** Whether the database's clock was read at all: until then `now()` is only the process's own clock. */

@@ -87,7 +87,10 @@ async function rotatePassword(server) {
   }
 }
 
-/** The entries of `stream`, each with its ID, its event's workload id and its size (payloads can be MBs). */
+/**
+ * The entries of `stream`, each with its ID, its event's workload id, its sequence number (CloudEvents `sequence`, a
+ * header after the data) and its size (payloads can be MBs).
+ */
 async function entries(server, stream) {
   return withClient(server, async client => {
     const found = []
@@ -97,7 +100,8 @@ async function entries(server, stream) {
       for (const [id, fields] of batch) {
         const raw = fields[fields.indexOf('message') + 1] ?? ''
         // the message's data comes first, and its workload id first in the data
-        found.push({ id, wid: raw.slice(0, 300).match(/"wid":"([^"]+)"/)?.[1], bytes: raw.length })
+        const sequence = raw.slice(-1000).match(/"sequence":"(\d+)"/)?.[1]
+        found.push({ id, wid: raw.slice(0, 300).match(/"wid":"([^"]+)"/)?.[1], sequence: sequence === undefined ? undefined : Number(sequence), bytes: raw.length })
       }
       if (batch.length < 50) return found
       start = `(${batch[batch.length - 1][0]}`

@@ -5,12 +5,12 @@
 
 const ROWS = `SELECT ID AS "ID", target AS "target", service AS "service", event AS "event", task AS "task", attempts AS "attempts",
   status AS "status", dueAt AS "dueAt", claimedBy AS "claimedBy", orderingKey AS "orderingKey", timestamp AS "timestamp",
-  lastAttemptTimestamp AS "lastAttemptTimestamp", substr(msg, 1, 2000) AS "head" FROM cds_outbox_Messages`
+  lastAttemptTimestamp AS "lastAttemptTimestamp", sequence AS "sequence", substr(msg, 1, 2000) AS "head" FROM cds_outbox_Messages`
 /** The claims, and every keyed row with its state (I4 needs to know when a keyed message was still waiting). */
 const CLAIMS = `SELECT ID AS "ID", status AS "status", claimedBy AS "claimedBy", dueAt AS "dueAt", target AS "target" FROM cds_outbox_Messages
   WHERE status = 'processing' OR orderingKey IS NOT NULL`
 const RECORDS = {
-  intents: 'SELECT wid AS "wid", service AS "service", orderingKey AS "orderingKey", messageID AS "messageID", timestamp AS "timestamp", sequence AS "sequence", pid AS "pid", at AS "at" FROM chaos_Intents',
+  intents: 'SELECT wid AS "wid", service AS "service", orderingKey AS "orderingKey", messageID AS "messageID", timestamp AS "timestamp", pid AS "pid", at AS "at" FROM chaos_Intents',
   effects: 'SELECT wid AS "wid", messageID AS "messageID", attempt AS "attempt", pid AS "pid", at AS "at" FROM chaos_Effects',
   callbacks: 'SELECT wid AS "wid", kind AS "kind", pid AS "pid", at AS "at" FROM chaos_Callbacks',
   ticks: 'SELECT task AS "task", version AS "version", messageID AS "messageID", pid AS "pid", startedAt AS "startedAt", at AS "at" FROM chaos_Ticks'
@@ -29,7 +29,7 @@ const widOf = head => head?.match(/"wid":"([^"]+)"/)?.[1]
 
 function rowOf(r, tenant) {
   const { head, ...row } = r
-  return { ...row, tenant, attempts: Number(row.attempts), wid: widOf(head), timestamp: micros(row.timestamp), dueAt: micros(row.dueAt), lastAttemptTimestamp: micros(row.lastAttemptTimestamp) }
+  return { ...row, tenant, attempts: Number(row.attempts), sequence: row.sequence == null ? null : Number(row.sequence), wid: widOf(head), timestamp: micros(row.timestamp), dueAt: micros(row.dueAt), lastAttemptTimestamp: micros(row.lastAttemptTimestamp) }
 }
 
 /** Every tenant's database that exists (a tenant unsubscribed is gone). */
@@ -54,7 +54,7 @@ async function records(database) {
       all[name].push(...(await database.query(sql, [], tenant)).map(r => ({ ...r, tenant, at: Number(r.at), pid: Number(r.pid) })))
     }
   }
-  for (const intent of all.intents) Object.assign(intent, { timestamp: micros(intent.timestamp), sequence: intent.sequence == null ? null : Number(intent.sequence) })
+  for (const intent of all.intents) intent.timestamp = micros(intent.timestamp)
   return all
 }
 

@@ -1,5 +1,5 @@
 const { startApp, onPostgres } = require('../support/app')
-const { startInstance, stopInstance } = require('../support/instances')
+const { startInstance, stopInstance, runOneOff } = require('../support/instances')
 const { sideEffects, sideEffectsFile } = require('../support/faults')
 const { MESSAGES } = require('../support/outbox')
 const { waitFor } = require('../support/wait')
@@ -117,4 +117,18 @@ describe('leases and due times follow the database clock, whatever a process clo
     expect(row.status).toBe('processing')
     expect(row.claimedBy).toContain(`:${behind.pid}:`)
   })
+
+  test('a script without a runner, its clock 40 s behind, stamps what it queues with the database\'s time', async () => {
+    const database = onPostgres() ? app.database : { kind: 'sqlite', credentials: { url: app.dbFile } }
+    // a queue only the script knows, of a remote service nobody answers for: it is the row that counts here
+    const requires = { Ext: { kind: 'rest', credentials: { url: 'http://127.0.0.1:9' } } }
+    const from = Date.now()
+    await runOneOff(database, 'queue-ext', { requires, clockSkew: -40_000 })
+    const until = Date.now()
+    const { timestamp } = await SELECT.one.from(MESSAGES).columns('timestamp').where({ service: 'Ext' })
+    // CAP's 7 fractional digits; the time this process's clock (the database's) had while the script ran
+    const at = Date.parse(`${String(timestamp).slice(0, 23)}Z`)
+    expect(at).toBeGreaterThanOrEqual(from - 1000)
+    expect(at).toBeLessThanOrEqual(until + 1000)
+  }, 60000)
 })

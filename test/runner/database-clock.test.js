@@ -58,6 +58,27 @@ describe("the queue's clock", () => {
     expect(saysOwnTime(clock)).toBe(true)
   })
 
+  test("its span is the process's own time where that agrees, and the readings' uncertainty where it does not", () => {
+    const agreeing = new DatabaseClock()
+    const at = performance.now()
+    agreeing.adjust({ time: Date.now() - 3, sent: at - 10, received: at })
+    const before = Date.now()
+    const { earliest, latest } = agreeing.span()
+    expect([earliest >= before, earliest === latest, latest <= Date.now()]).toEqual([true, true, true])
+
+    const ahead = new DatabaseClock()
+    const received = performance.now()
+    const time = Date.now() - 40_000
+    ahead.adjust({ time, sent: received - 200, received })
+    const span = ahead.span()
+    const age = performance.now() - received
+    // between the reading's time and 200 ms (+ 1 ms resolution) later, advanced since, in whole milliseconds
+    expect(span.earliest).toBeLessThanOrEqual(time + age)
+    expect(span.earliest).toBeGreaterThanOrEqual(Math.floor(time - 1))
+    expect(span.latest).toBeGreaterThanOrEqual(time + 200 + age)
+    expect(span.latest - span.earliest).toBeLessThanOrEqual(203 + age)
+  })
+
   test('a slow round trip that agrees with an earlier sharp reading does not make the clock worse', () => {
     const clock = new DatabaseClock()
     const first = performance.now() - 1000

@@ -44,13 +44,16 @@ const post = (instance, path, body) =>
     return res.json()
   })
 
-/** Three instances on a database of their own, their default queue limited by `rateLimit`, calling `remote`. */
-function instancesWith(rateLimit) {
+/**
+ * Three instances on a database of their own, their default queue limited by `rateLimit`, calling `remote`;
+ * `clockSkew`: how far each one's clock is off (ms, by name).
+ */
+function instancesWith(rateLimit, clockSkew = {}) {
   const state = { instances: [], remote: undefined, database: undefined }
   beforeAll(async () => {
     state.remote = await countingRemote()
     state.database = await sharedDatabase()
-    const options = name => ({ name, queue: { rateLimit, pollInterval: '500ms' }, env: { REMOTE_URL: state.remote.url } })
+    const options = name => ({ name, queue: { rateLimit, pollInterval: '500ms' }, env: { REMOTE_URL: state.remote.url }, clockSkew: clockSkew[name] })
     state.instances = await startInstances(state.database, ['A', 'B', 'C'].map(options))
   }, 120000)
   afterAll(async () => {
@@ -74,6 +77,25 @@ describe('rateLimit across instances', () => {
       expect(state.remote.calls).toHaveLength(5)
       // A poll of another instance may hold some of them for a moment: it hands them back unstarted. (A started one may
       // still fail after its call, e.g. when its transaction gets no pooled connection in time on a loaded machine.)
+      await waitFor(async () => {
+        const rows = await query(state.database, QUEUE_ROWS)
+        return rows.filter(r => Number(r.attempts) === 0 && r.status === null).length === 15
+      }, { timeout: 30000, what: '15 messages waiting, none attempted' })
+      expect(state.remote.calls).toHaveLength(5)
+    }, 180000)
+  })
+
+  describe('count 5 per hour, an instance whose clock is 2 hours behind', () => {
+    const state = instancesWith({ count: 5, per: '1h' }, { C: -2 * 3600_000 })
+
+    test('the window is the database\'s time: what the instance behind started counts for the others, and theirs for it', async () => {
+      const [A, B, C] = state.instances
+      // the instance behind takes its starts first (its commit wakes its runner); by its own clock they would be over
+      // an hour old for the others
+      await post(C, '/enqueue', { from: 0, count: 20, event: 'call' })
+      await post(C, '/flush', {})
+      await Promise.all([A, B].map(instance => post(instance, '/flush', {})))
+      expect(state.remote.calls).toHaveLength(5)
       await waitFor(async () => {
         const rows = await query(state.database, QUEUE_ROWS)
         return rows.filter(r => Number(r.attempts) === 0 && r.status === null).length === 15

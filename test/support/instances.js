@@ -85,11 +85,12 @@ async function startInstances(database, [first, ...others]) {
 
 /**
  * Runs test/support/one-off.js with ONE_OFF=`action` (and `env`) against the database, or another `script` of this
- * folder (e.g. cap-task.js, CAP's built-in queue without the plugin); resolves when it exited 0.
+ * folder (e.g. cap-task.js, CAP's built-in queue without the plugin); resolves when it exited 0. `clockSkew` as for
+ * an instance.
  */
-function runOneOff(database, action, { requires = {}, env = {}, script = 'one-off.js' } = {}) {
+function runOneOff(database, action, { requires = {}, env = {}, script = 'one-off.js', clockSkew } = {}) {
   const child = fork(path.join(__dirname, script), [], {
-    env: { ...environment(database, { name: 'one-off', requires, env }), ONE_OFF: action },
+    env: { ...environment(database, { name: 'one-off', requires, env, clockSkew }), ONE_OFF: action },
     silent: true
   })
   let output = ''

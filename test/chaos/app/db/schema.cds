@@ -14,8 +14,6 @@ entity Intents {
       /** The queue row's ID and `timestamp` (keyed and held messages and events only: they decide order and claims). */
       messageID    : String(36);
       timestamp    : String(40);
-      /** The sequence number of its ordering key, as the row has it at enqueue (`msg.queue.sequence`). */
-      sequence     : Integer;
       pid          : Integer;
       at           : Double;
 }
