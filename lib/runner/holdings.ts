@@ -248,9 +248,11 @@ export class Holdings {
    * longer ours).
    */
   async handBackRunning(grace: number): Promise<void> {
-    const held = [...this.held].filter(({ lease }) => !tenantGone(lease.signal))
+    // a signal aborted already is a handler timed out (its slot is abandoning it: the takeover counts its attempt), a
+    // lost claim or a hand-back: none of them is this process's to hand back now
+    const held = [...this.held].filter(({ lease }) => !tenantGone(lease.signal) && !lease.signal.aborted)
     const running = held.filter(h => this.begun.has(h)).map(({ lease }) => lease)
-    const waiting = held.filter(h => !this.begun.has(h) && !h.lease.signal.aborted).map(({ lease }) => lease)
+    const waiting = held.filter(h => !this.begun.has(h)).map(({ lease }) => lease)
     if (running.length + waiting.length === 0) return
     const rest = waiting.length ? ` and ${waiting.length} messages of their batches that had not started` : ''
     LOG.warn(`${running.length} handlers still running after the shutdown grace period of ${grace} ms: aborting them and handing back their messages${rest}`)

@@ -39,6 +39,29 @@ describe('faults: stuck and slow handlers', () => {
     await waitFor(async () => (await SELECT.from(MESSAGES)).length === 0, { what: 'completion of the second attempt' })
   })
 
+  test("a handler abandoned after handlerTimeout as the shutdown's grace period ends keeps its attempt: the shutdown does not hand it back uncharged", async () => {
+    // chaos seed 1576283944: the handler timed out 60 ms before the grace period ended, while its slot was still
+    // abandoning it; the shutdown took it for a running handler and released its row, and the next attempt was 1 again
+    const { runner } = require('../../lib/plugin').eventQueues()
+    const plain = cds.unqueued(await cds.connect.to('Plain'))
+    const queued = cds.queued(plain, { timeout: '1s', handlerTimeout: '1s' })
+    const attempts = []
+    let handBack
+    plain.on('stuck', req => {
+      attempts.push(req.queue.attempt)
+      if (req.queue.attempt > 1) return
+      // the grace period ends at the very moment the handler times out (before its slot has abandoned it)
+      req.queue.signal.addEventListener('abort', () => (handBack = runner.holdings.handBackRunning(0)), { once: true })
+      return new Promise(() => {})
+    })
+    await cds.tx(() => queued.emit('stuck', {}))
+    await waitFor(() => handBack !== undefined, { what: 'the handler timeout' })
+    await handBack
+    await waitFor(() => attempts.length === 2, { timeout: 15000, what: 'the takeover of the abandoned message' })
+    expect(attempts).toEqual([1, 2])
+    await waitFor(async () => (await SELECT.from(MESSAGES)).length === 0, { what: 'completion of the second attempt' })
+  })
+
   test('a handler running 3.5 times its lease keeps its claim through renewal and runs exactly once', async () => {
     const srv = cds.unqueued(await cds.connect.to('NotQueued'))
     const queued = cds.queued(srv, { timeout: '1s' })
