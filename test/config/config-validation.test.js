@@ -3,6 +3,12 @@ const path = require('path')
 const { startApp, APP } = require('../support/app')
 const cds = require('@sap/cds')
 
+/**
+ * The lines of a start's stderr that are not Node's own process warnings: on Node 22, @cap-js/sqlite 3 loads
+ * node:sqlite, and Node prints an ExperimentalWarning of two lines before anything of the app's.
+ */
+const ownLines = stderr => stderr.trim().split('\n').filter(line => !/^\(node:\d+\) |^\(Use `node --trace-warnings/.test(line))
+
 startApp()
 
 // A boot exits by itself; the kill is a safeguard against a hung child only. On a loaded machine (load 30 on two
@@ -64,14 +70,14 @@ describe('configuration validation', () => {
   test('a configuration error is one line, as CAP prints its own start errors, and the exit code is 1', async () => {
     const { code, stderr } = await serve({ queue: { maxAttempts: 'ten' } })
     expect(code).toBe(1)
-    expect(stderr.trim().split('\n')).toEqual(['[queue] - Invalid cds.requires.queue.maxAttempts: "ten". Expected an integer >= 1.'])
+    expect(ownLines(stderr)).toEqual(['[queue] - Invalid cds.requires.queue.maxAttempts: "ten". Expected an integer >= 1.'])
   })
 
   test('an invalid @idempotent annotation is one line too', async () => {
     // a model of the app's that cds.requires names, as a reuse package's is
     const { code, stderr } = await serve({ annotated: { model: '../support/models/bad-idempotent' } })
     expect(code).toBe(1)
-    expect(stderr.trim().split('\n')).toEqual(['[queue] - Invalid @idempotent of action BadlyAnnotated.book: "yes". Expected true.'])
+    expect(ownLines(stderr)).toEqual(['[queue] - Invalid @idempotent of action BadlyAnnotated.book: "yes". Expected true.'])
   })
 
   test('a misspelt option gets a warning that names it and the closest known option; the app starts', async () => {
