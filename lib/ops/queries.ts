@@ -45,24 +45,8 @@ export const noSuchMessage = (ID: string): string => `There is no queued message
 export const notDeadLetter = ({ ID, attempts }: MessageState): string =>
   `Message ${ID} is not a dead letter: it has ${attempts} attempt${attempts === 1 ? '' : 's'} and is still retried or processed.`
 
-/**
- * A dead letter as an operator lists it: what failed, where, and why. Its stored message is read on its own
- * (`OperatorQueries.message`): a list of thousands of messages of megabytes each would not fit the heap.
- */
-export interface DeadLetterSummary {
-  ID: string
-  target: string
-  service: string | null
-  event: string | null
-  task: string | null
-  attempts: number
-  timestamp: string
-  lastAttemptTimestamp: string | null
-  lastError: string | null
-}
-
-/** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
-export interface PendingSummary {
+/** What an operator's lists show of a message: what it is, where it goes, how often it failed and why. */
+interface MessageSummary {
   ID: string
   target: string
   service: string | null
@@ -71,9 +55,21 @@ export interface PendingSummary {
   attempts: number
   /** Enqueued (or first due, for a delayed message): what the relay lag is measured from. */
   timestamp: string
+  lastError: string | null
+}
+
+/**
+ * A dead letter as an operator lists it: what failed, where, and why. Its stored message is read on its own
+ * (`OperatorQueries.message`): a list of thousands of messages of megabytes each would not fit the heap.
+ */
+export interface DeadLetterSummary extends MessageSummary {
+  lastAttemptTimestamp: string | null
+}
+
+/** A message still waiting, as an operator looks for the cause of relay lag: is it failing, is anyone running it? */
+export interface PendingSummary extends MessageSummary {
   status: string | null
   claimedBy: string | null
-  lastError: string | null
 }
 
 export interface QueueStatisticsRow extends ControlFields {

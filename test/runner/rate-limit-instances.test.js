@@ -65,6 +65,12 @@ function instancesWith(rateLimit, clockSkew = {}) {
 
 const QUEUE_ROWS = 'SELECT attempts AS "attempts", status AS "status" FROM cds_outbox_Messages'
 
+/** Waits until 15 of the 20 messages wait in `state`'s table, none of them attempted. */
+const fifteenWaiting = state => waitFor(async () => {
+  const rows = await query(state.database, QUEUE_ROWS)
+  return rows.filter(r => Number(r.attempts) === 0 && r.status === null).length === 15
+}, { timeout: 30000, what: '15 messages waiting, none attempted' })
+
 describe('rateLimit across instances', () => {
   describe('count 5 per hour', () => {
     const state = instancesWith({ count: 5, per: '1h' })
@@ -77,10 +83,7 @@ describe('rateLimit across instances', () => {
       expect(state.remote.calls).toHaveLength(5)
       // A poll of another instance may hold some of them for a moment: it hands them back unstarted. (A started one may
       // still fail after its call, e.g. when its transaction gets no pooled connection in time on a loaded machine.)
-      await waitFor(async () => {
-        const rows = await query(state.database, QUEUE_ROWS)
-        return rows.filter(r => Number(r.attempts) === 0 && r.status === null).length === 15
-      }, { timeout: 30000, what: '15 messages waiting, none attempted' })
+      await fifteenWaiting(state)
       expect(state.remote.calls).toHaveLength(5)
     }, 180000)
   })
@@ -96,10 +99,7 @@ describe('rateLimit across instances', () => {
       await post(C, '/flush', {})
       await Promise.all([A, B].map(instance => post(instance, '/flush', {})))
       expect(state.remote.calls).toHaveLength(5)
-      await waitFor(async () => {
-        const rows = await query(state.database, QUEUE_ROWS)
-        return rows.filter(r => Number(r.attempts) === 0 && r.status === null).length === 15
-      }, { timeout: 30000, what: '15 messages waiting, none attempted' })
+      await fifteenWaiting(state)
       expect(state.remote.calls).toHaveLength(5)
     }, 180000)
   })
