@@ -73,7 +73,9 @@ function runsOf(log, startType = 'start', endType = 'end') {
   }
   for (const e of log.abort ?? []) {
     const run = open.get(keyOf(e))?.findLast(r => r.start <= e.at)
-    if (run) run.aborts.push(e.reason)
+    if (!run) continue
+    run.aborts.push(e.reason)
+    if (e.reason === 'HANDLER_TIMEOUT') run.timedOutAt ??= e.at
   }
   const byMessage = new Map()
   for (const run of runs.sort((a, b) => a.start - b.start)) {

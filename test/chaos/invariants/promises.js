@@ -26,6 +26,13 @@ const stalled = (f, pid, from, to) => (f.stalls.get(pid) ?? []).some(s => s.from
  * The attempts of a service as its queue's gates saw them: without the test mode's second deliveries (`deliver:
  * 'twice'`), which run after an attempt succeeded and pass no gate.
  */
+/**
+ * A run as the circuit breaker counts it: a handler that outlived its handlerTimeout failed when its signal aborted,
+ * whatever it did later (seed 10: Mailer's w52 was abandoned at 14.2 s, which opened A's breaker as its third failure,
+ * and finished 'ok' at 15.6 s).
+ */
+const asTheBreakerSees = r => (r.timedOutAt !== undefined && !(r.end < r.timedOutAt) ? { ...r, end: r.timedOutAt, outcome: 'aborted:HANDLER_TIMEOUT' } : r)
+
 function attemptsOf(f, service) {
   const twice = f.plan.requires.queue?.deliver === 'twice'
   return [...f.runs.values()].flatMap(runs => runs.filter((r, i) => r.service === service && !(twice && i > 0 && isSecondDelivery(runs[i - 1], r))))
@@ -93,18 +100,34 @@ function* orders(ties, failed) {
 }
 
 /**
- * Where each process's own failures may have opened a breaker: the end of every failed attempt that ends a run of
- * `failures` failed ones of that process, in end order. More than the plugin opens (probes, closings and ties are
- * left out): it only ever excuses.
+ * Where each process's own failures may have opened a breaker, in end order: the end of every failed attempt that
+ * ends a run of `failures` failed ones of that process, and of every failed probe (the first attempts that start once
+ * the probe of the last opening is due: a failed probe opens the breaker again). Attempts that started before that
+ * probe was due neither open nor close it, as in the replay below. More than the plugin opens (ties and closings by
+ * other processes are left out): it only ever excuses. Seed 10: A's probe of 35.3 s failed and opened the breaker
+ * again until 41.6 s; B, told so at 37.3 s, saw its own third failure end at 38.3 s and probed at 41.6 s — without the
+ * probe's opening here, B's breaker stood open from 38.3 s to 44.3 s.
  */
-function openingsPerProcess(runs, failures, isFailure) {
+function openingsPerProcess(runs, failures, isFailure, probeInterval) {
   const openings = new Map()
   for (const [pid, own] of groupBy(runs, r => r.pid)) {
+    const ends = []
+    // the runs of failed attempts, whatever was open meanwhile
     let streak = 0
+    // as the replay below goes: the last opening, and the failed attempts since the breaker last closed
+    let opened
+    let failedSince = 0
     for (const run of own.filter(r => r.end !== undefined).sort((a, b) => a.end - b.end)) {
-      streak = isFailure(run) ? streak + 1 : run.outcome === 'ok' ? 0 : streak
-      if (streak >= failures) (openings.get(pid) ?? openings.set(pid, []).get(pid)).push(run.end)
+      const failed = isFailure(run)
+      streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
+      const probe = opened !== undefined && run.start >= opened + probeInterval - WINDOW_MARGIN
+      if (opened === undefined || probe) {
+        failedSince = failed ? (probe ? failures : failedSince + 1) : run.outcome === 'ok' ? 0 : failedSince
+        opened = failedSince >= failures ? run.end : undefined
+      }
+      if (streak >= failures || opened === run.end) ends.push(run.end)
     }
+    if (ends.length) openings.set(pid, ends)
   }
   return openings
 }
@@ -129,18 +152,19 @@ function breaker(f) {
   const isFailure = run => FAILED.test(run.outcome) && !run.outcome.startsWith('aborted:SHUTDOWN')
   // per service, computed once: its runs in every process, and where each process's failures may have opened it
   const ofService = new Map()
-  const shared = (service, failures) => {
+  const shared = (service, failures, probeInterval) => {
     if (!ofService.has(service)) {
-      const runs = attemptsOf(f, service)
-      ofService.set(service, { runs, openings: openingsPerProcess(runs, failures, isFailure) })
+      const runs = attemptsOf(f, service).map(asTheBreakerSees)
+      ofService.set(service, { runs, openings: openingsPerProcess(runs, failures, isFailure, probeInterval) })
     }
     return ofService.get(service)
   }
-  for (const [service, { failures, probeInterval }, pid, own] of runsPerProcess(f, 'breaker')) {
+  for (const [service, { failures, probeInterval }, pid, attempts] of runsPerProcess(f, 'breaker')) {
+    const own = attempts.map(asTheBreakerSees)
     /** The earliest opening by another process that may still hold at `at`, with its process. */
     const openElsewhere = at => {
       let found
-      for (const [other, ends] of shared(service, failures).openings) {
+      for (const [other, ends] of shared(service, failures, probeInterval).openings) {
         if (other === pid) continue
         const o = ends.find(end => end <= at && at < end + probeInterval)
         if (o !== undefined && (found === undefined || o < found.at)) found = { at: o, pid: other }
@@ -148,7 +172,7 @@ function breaker(f) {
       return found
     }
     /** The first success of another process's probe of the turn due at `due`, begun by the time this one's failed at `failedAt`. */
-    const probeSucceededElsewhere = (due, failedAt) => shared(service, failures).runs
+    const probeSucceededElsewhere = (due, failedAt) => shared(service, failures, probeInterval).runs
       .filter(r => r.pid !== pid && r.outcome === 'ok' && r.end !== undefined && r.start >= due - WINDOW_MARGIN && r.start <= failedAt + SETTLE_MARGIN)
       .sort((a, b) => a.end - b.end)[0]
     /** The breaker after `run` ended in `state`; or the violation its opening shows. */

@@ -1,11 +1,13 @@
 const { pidOfClaim } = require('../state')
+const { QUEUE_OF } = require('../variants')
 
 /**
  * I15: no queue stalls another. A message that could run at once — unkeyed, not delayed, on a queue without a rate
  * limit or a circuit breaker (Archive's and Clerk's, the default queue) — waits only while every process that could
  * run it is busy with the handlers the remote log shows, or unable to run anything (the database away, a process
  * stalled, paused, starting or just gone, SQLite's one write lock held by the CLI or an import, or the process taking in
- * one of the app's requests of large payloads). Issue 31's R6: with Redis
+ * one of the app's requests of large payloads), or while its queue works through the messages due before it (a claim
+ * takes a queue's rows in due order; see `inTurn`). Issue 31's R6: with Redis
  * frozen, each relay's XADD waited for an hour, the relays took every slot of the runner, and the other queues ran
  * nothing until Redis came back; what held the slots was the plugin's own relay, which the remote log does not show.
  */
@@ -92,6 +94,35 @@ function excused(f, ids, request) {
   return holes
 }
 
+/**
+ * Stretches of `wid`'s wait that are its turn: its queue's unkeyed messages due before it was enqueued (their intents
+ * written earlier, plus their delay) that had not started yet, while they kept starting — a gap of IDLE without one
+ * start of them is no turn, and a stall if a process was free meanwhile. Seed 10 (postgres-portable) had 110 delayed
+ * 3 MB Archive messages due from 11 s to 17 s; the default queue's claims took them in due order at ~6 a second
+ * across three processes, and Clerk's w69, enqueued at 18 s, ran at 34.5 s, after the last of them started at 34.5 s.
+ */
+function inTurn(f, wid, committed, started) {
+  const own = f.intents.get(wid)
+  const queue = QUEUE_OF[f.asked.get(wid).message.service]
+  if (!own || !queue) return []
+  const starts = []
+  for (const [other, { message }] of f.asked) {
+    if (other === wid || message.orderKey || QUEUE_OF[message.service] !== queue) continue
+    const intent = f.intents.get(other)
+    if (!intent || intent.at + (message.delay ?? 0) >= own.at) continue
+    const first = (f.runsByWid.get(other) ?? [])[0]?.start
+    if (first !== undefined && first > committed && first <= started) starts.push(first)
+  }
+  starts.sort((a, b) => a - b)
+  const turns = []
+  let from = committed
+  for (const at of starts) {
+    if (at - from < IDLE) turns.push([from, at])
+    from = at
+  }
+  return turns
+}
+
 function I15(f) {
   const violations = []
   const runs = [...f.runs.values()].flat()
@@ -102,7 +133,7 @@ function I15(f) {
     const committed = request.doneAt
     const started = first?.start ?? f.history.phase.end
     if (started - committed < STALL) continue
-    const waiting = minus([committed + 1000, started], excused(f, f.messageIds(wid), request))
+    const waiting = minus([committed + 1000, started], [...excused(f, f.messageIds(wid), request), ...inTurn(f, wid, committed, started)])
     // the first stretch of the wait in which one process was free all along
     let best
     for (const part of waiting) {
