@@ -23,16 +23,16 @@ const skewOf = (f, pid) => f.processOf(pid)?.skew ?? 0
 const stalled = (f, pid, from, to) => (f.stalls.get(pid) ?? []).some(s => s.from <= to && s.at >= from)
 
 /**
- * The attempts of a service as its queue's gates saw them: without the test mode's second deliveries (`deliver:
- * 'twice'`), which run after an attempt succeeded and pass no gate.
- */
-/**
  * A run as the circuit breaker counts it: a handler that outlived its handlerTimeout failed when its signal aborted,
  * whatever it did later (seed 10: Mailer's w52 was abandoned at 14.2 s, which opened A's breaker as its third failure,
  * and finished 'ok' at 15.6 s).
  */
 const asTheBreakerSees = r => (r.timedOutAt !== undefined && !(r.end < r.timedOutAt) ? { ...r, end: r.timedOutAt, outcome: 'aborted:HANDLER_TIMEOUT' } : r)
 
+/**
+ * The attempts of a service as its queue's gates saw them: without the test mode's second deliveries (`deliver:
+ * 'twice'`), which run after an attempt succeeded and pass no gate.
+ */
 function attemptsOf(f, service) {
   const twice = f.plan.requires.queue?.deliver === 'twice'
   return [...f.runs.values()].flatMap(runs => runs.filter((r, i) => r.service === service && !(twice && i > 0 && isSecondDelivery(runs[i - 1], r))))
@@ -121,11 +121,13 @@ function openingsPerProcess(runs, failures, isFailure, probeInterval) {
       const failed = isFailure(run)
       streak = failed ? streak + 1 : run.outcome === 'ok' ? 0 : streak
       const probe = opened !== undefined && run.start >= opened + probeInterval - WINDOW_MARGIN
+      let opens = false
       if (opened === undefined || probe) {
         failedSince = failed ? (probe ? failures : failedSince + 1) : run.outcome === 'ok' ? 0 : failedSince
-        opened = failedSince >= failures ? run.end : undefined
+        opens = failedSince >= failures
+        opened = opens ? run.end : undefined
       }
-      if (streak >= failures || opened === run.end) ends.push(run.end)
+      if (streak >= failures || opens) ends.push(run.end)
     }
     if (ends.length) openings.set(pid, ends)
   }
