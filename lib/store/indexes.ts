@@ -1,5 +1,6 @@
 import { PARKED, TABLE } from './rules'
 import { LOG } from '../log'
+import { NUMBERED } from './sequences'
 
 /**
  * The indexes the claim needs; without them it degrades with the table's size. Created by the runner at start, not
@@ -15,6 +16,8 @@ const INDEXES: [name: string, definition: string][] = [
   ['cds_outbox_Messages_claim', '(claimedBy, claimedAt) WHERE claimedBy IS NOT NULL'],
   // The claim's ordering-key checks. Partial: unordered rows are not in them, so they cost unordered messages nothing.
   ['cds_outbox_Messages_key', '(orderingKey, timestamp) WHERE orderingKey IS NOT NULL'],
+  // A key's numbered rows, which come first in its order (see NUMBERED): none, or the one a claim took, per key.
+  ['cds_outbox_Messages_key_numbered', `(orderingKey, sequence) WHERE ${NUMBERED}`],
   ['cds_outbox_Messages_key_claimed', "(orderingKey) WHERE orderingKey IS NOT NULL AND status = 'processing'"],
   // The reconciliation's look for keyed rows others wrote that must be parked: keyed rows not parked yet.
   ['cds_outbox_Messages_key_due', '(dueAt) WHERE orderingKey IS NOT NULL'],

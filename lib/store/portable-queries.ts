@@ -72,16 +72,27 @@ const inner = (column: string) => ({ ref: ['e', column] })
 
 /**
  * Whether row `r` may be claimed as far as its ordering key goes (the native claim's `keyIsFree`): it is unordered,
- * or it is the first of its key (by timestamp, then ID, compared by the database at its own precision) and no other
- * row of its key runs under a lease still valid at `now`. Correlated subqueries on the rows `e` of this app (`own`).
+ * or it is the first of its key and no other row of its key runs under a lease still valid at `now`. First as the
+ * native store's `firstOfKey` orders a key: the rows a claim numbered by their numbers, before the unnumbered ones by
+ * timestamp, then ID (compared by the database at its own precision). Correlated subqueries on the rows `e` of this app (`own`).
  */
 function keyIsFree(own: Cqn, now: string): Cqn {
-  const sameKey = [inner('orderingKey'), '=', outer('orderingKey')]
-  const earlier = { xpr: [inner('timestamp'), '<', outer('timestamp'), 'or', { xpr: [inner('timestamp'), '=', outer('timestamp'), 'and', inner('ID'), '<', outer('ID')] }] }
-  const before = SELECT.from(`${ENTITY} as e`).columns('ID').where(all({ xpr: sameKey }, own, earlier))
+  const sameKey = { xpr: [inner('orderingKey'), '=', outer('orderingKey')] }
+  // a literal, as in the partial index of numbered rows (see NUMBERED)
+  const numbered = (column: unknown) => ({ xpr: [column, '>', { val: UNNUMBERED, param: false }] })
+  const unnumbered = { xpr: [{ func: 'coalesce', args: [outer('sequence'), val(UNNUMBERED)] }, '=', val(UNNUMBERED)] }
+  // two probes, each ordered by an index of the key: an OR of both in one would read all of the key's rows
+  const numberedBefore = { xpr: [numbered(inner('sequence')), 'and', { xpr: [unnumbered, 'or', inner('sequence'), '<', outer('sequence')] }] }
+  const stampedBefore = { xpr: [inner('timestamp'), '<', outer('timestamp'), 'or', { xpr: [inner('timestamp'), '=', outer('timestamp'), 'and', inner('ID'), '<', outer('ID')] }] }
+  const earlier = (condition: Cqn) => SELECT.from(`${ENTITY} as e`).columns('ID').where(all(sameKey, own, condition))
   const running = SELECT.from(`${ENTITY} as e`).columns('ID')
-    .where(all({ xpr: sameKey }, own, compare('status', '=', PROCESSING), compare('dueAt', '>', now), { xpr: [inner('ID'), '<>', outer('ID')] }))
-  return { xpr: [outer('orderingKey'), 'is', 'null', 'or', { xpr: ['not', 'exists', before, 'and', 'not', 'exists', running] }] }
+    .where(all(sameKey, own, compare('status', '=', PROCESSING), compare('dueAt', '>', now), { xpr: [inner('ID'), '<>', outer('ID')] }))
+  return {
+    xpr: [outer('orderingKey'), 'is', 'null', 'or', {
+      xpr: ['not', 'exists', earlier(numberedBefore), 'and', { xpr: [numbered(outer('sequence')), 'or', 'not', 'exists', earlier(stampedBefore)] },
+        'and', 'not', 'exists', running]
+    }]
+  }
 }
 
 /**

@@ -11,6 +11,12 @@ import type { MessageRow } from '../interfaces'
 /** `sequence` of a keyed message that no claim has numbered yet. */
 export const UNNUMBERED = 0
 
+/**
+ * A keyed row a claim numbered, as SQL on its `sequence` (after an alias and a dot, or alone): the key's first rows,
+ * before those waiting for their number (see `firstOfKey` in statements.ts); the condition of the index that finds them.
+ */
+export const NUMBERED = `sequence > ${UNNUMBERED}`
+
 /** What a store does for the numbering, in the current transaction. */
 export interface Numbering {
   /** The next number of `orderingKey` (1 for its first message): its counter incremented, locked until commit. */

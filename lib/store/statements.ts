@@ -1,7 +1,7 @@
 import type { Claim, NewMessage, ReceiptRef } from '../interfaces'
 import type { Dialect } from './dialect'
 import { iso } from './rows'
-import { initialSequence, UNNUMBERED } from './sequences'
+import { initialSequence, NUMBERED, UNNUMBERED } from './sequences'
 import { BLOCKS_NOTHING, deadLettersSql, DUE_SINCE, FOREIGN_CLAIM, NOT_DUE, PARKED, PROCESSING, TABLE, UNCLAIMED, WAITING_MARK, type AttemptLimits, type ClaimIndex, type Fragment } from './rules'
 
 /** What the statements that change rows a subquery chose need of the dialect. */
@@ -42,21 +42,27 @@ function runningOfKey(ownE: Fragment, now: string): Fragment {
 }
 
 /**
- * The first row (by timestamp, then ID) of ordering key `key` (an expression), its `ID` and `timestamp`, as the rows
- * `alias` of this app (`own`). An ordered probe of the key's index: a NOT EXISTS for an earlier row reads as much, but
- * PostgreSQL plans it as a scan of the table once most keyed rows share one key (a backlog behind a failing head).
+ * The first row of ordering key `key` (an expression with its parameters) among the rows `alias` of this app (`own`),
+ * its `ID`, `timestamp` and `sequence`: of the rows a claim numbered, the lowest number; of none, the earliest by
+ * timestamp, then ID. A numbered row was claimed before the key's unnumbered ones and keeps its place when it is handed
+ * back unstarted: one stamped earlier that committed after that claim comes after it, or its number would be higher
+ * than one that ran later (chaos seed 119, issue 31). Two ordered probes of the key's indexes: a NOT EXISTS for an
+ * earlier row reads as much, but PostgreSQL plans it as a scan of the table once most keyed rows share one key (a
+ * backlog behind a failing head).
  */
-function firstOfKey(key: string, alias: string, own: Fragment): Fragment {
+function firstOfKey(key: Fragment, alias: string, own: Fragment): Fragment {
+  const probe = (pos: number, numbered: string, order: string) => `SELECT * FROM (SELECT ${pos} AS pos, ${alias}.ID, ${alias}.timestamp, ${alias}.sequence
+      FROM ${TABLE} ${alias} WHERE ${alias}.orderingKey = ${key.sql} AND ${own.sql}${numbered} ORDER BY ${order} LIMIT 1) ${alias}${pos}`
   return {
-    sql: `SELECT ${alias}.ID, ${alias}.timestamp FROM ${TABLE} ${alias} WHERE ${alias}.orderingKey = ${key} AND ${own.sql}
-      ORDER BY ${alias}.timestamp, ${alias}.ID LIMIT 1`,
-    params: own.params
+    sql: `SELECT ID, timestamp, sequence FROM (${probe(0, ` AND ${alias}.${NUMBERED}`, `${alias}.sequence`)}
+      UNION ALL ${probe(1, '', `${alias}.timestamp, ${alias}.ID`)}) ranked ORDER BY pos LIMIT 1`,
+    params: [...key.params, ...own.params, ...key.params, ...own.params]
   }
 }
 
 /** Row `r` is the first of its ordering key (see `firstOfKey`). */
 function firstOfItsKey(ownE: Fragment): Fragment {
-  const first = firstOfKey('r.orderingKey', 'e', ownE)
+  const first = firstOfKey({ sql: 'r.orderingKey', params: [] }, 'e', ownE)
   return { sql: `r.ID = (SELECT ID FROM (${first.sql}) first)`, params: first.params }
 }
 
@@ -89,12 +95,12 @@ export function insert(message: NewMessage, appid: string | null): Fragment {
 /** A new message with an ordering key: parked (`PARKED`) if an earlier message of its key is in the table. */
 export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKey: string }, appid: string | null, ownE: Fragment): Fragment {
   const { ID, timestamp, target, msg, task, dueAt, orderingKey, service, event } = message
-  const first = firstOfKey('?', 'e', ownE)
-  const earlier = `EXISTS (SELECT 1 FROM (${first.sql}) first WHERE first.timestamp < ? OR (first.timestamp = ? AND first.ID < ?))`
+  const first = firstOfKey({ sql: '?', params: [orderingKey] }, 'e', ownE)
+  const earlier = `EXISTS (SELECT 1 FROM (${first.sql}) first WHERE first.${NUMBERED} OR first.timestamp < ? OR (first.timestamp = ? AND first.ID < ?))`
   const due = `CASE WHEN ${earlier} THEN ${dialect.timestamp(PARKED)} ELSE ${dialect.timestamp('?')} END`
   return {
     sql: `INSERT INTO ${TABLE} (${INSERT_COLUMNS}) VALUES (?, ?, ?, ?, 0, ?, ?, ${due}, ?, ?, ?, ?)`,
-    params: [ID, timestamp, target, msg, task ?? null, appid, orderingKey, ...first.params, timestamp, timestamp, ID, iso(dueAt), orderingKey, service ?? null, event ?? null, initialSequence(orderingKey)]
+    params: [ID, timestamp, target, msg, task ?? null, appid, ...first.params, timestamp, timestamp, ID, iso(dueAt), orderingKey, service ?? null, event ?? null, initialSequence(orderingKey)]
   }
 }
 
@@ -103,10 +109,10 @@ export function insertKeyed(dialect: Dialect, message: NewMessage & { orderingKe
  * run where a row of the key is done (deleted, or a dead letter leaving its key), in the same transaction.
  */
 export function promoteNext(keys: string[], ownF: Fragment): Fragment {
-  const first = firstOfKey('?', 'f', ownF)
+  const firsts = keys.map(key => firstOfKey({ sql: '?', params: [key] }, 'f', ownF))
   return {
-    sql: `UPDATE ${TABLE} SET dueAt = timestamp WHERE dueAt = ${PARKED} AND (${keys.map(() => `ID = (SELECT ID FROM (${first.sql}) first)`).join(' OR ')})`,
-    params: keys.flatMap(key => [key, ...first.params])
+    sql: `UPDATE ${TABLE} SET dueAt = timestamp WHERE dueAt = ${PARKED} AND (${firsts.map(first => `ID = (SELECT ID FROM (${first.sql}) first)`).join(' OR ')})`,
+    params: firsts.flatMap(first => first.params)
   }
 }
 
@@ -133,14 +139,15 @@ export function park(own: Fragment, ownE: Fragment, dialect: Locking, limit: num
  */
 export function parkedKeys(ownP: Fragment, ownF: Fragment, after: string, limit: number): Fragment {
   const next = `SELECT MIN(p.orderingKey) FROM ${TABLE} p WHERE p.dueAt = ${PARKED} AND ${ownP.sql} AND p.orderingKey >`
+  const first = firstOfKey({ sql: 'parked.k', params: [] }, 'f', ownF)
   return {
     sql: `WITH RECURSIVE parked (k, n) AS (
         SELECT (${next} ?), 1
         UNION ALL
         SELECT (${next} parked.k), parked.n + 1 FROM parked WHERE parked.k IS NOT NULL AND parked.n < ?)
-      SELECT parked.k AS "key", (SELECT ID FROM (${firstOfKey('parked.k', 'f', ownF).sql}) first) AS "first"
+      SELECT parked.k AS "key", (SELECT ID FROM (${first.sql}) first) AS "first"
       FROM parked WHERE parked.k IS NOT NULL`,
-    params: [...ownP.params, after, ...ownP.params, limit, ...ownF.params]
+    params: [...ownP.params, after, ...ownP.params, limit, ...first.params]
   }
 }
 

@@ -106,6 +106,32 @@ describe('ordering and concurrency', () => {
     expect(seen).toEqual([0, 1, 2, 3, 4])
   })
 
+  test('a message numbered by a claim that handed it back keeps its place: one of its key stamped earlier runs after it, with the next number', async () => {
+    // Chaos seed 119: after a PostgreSQL restart, key o2's number 2 ran before its number 1. Process B's message
+    // (stamped later) was claimed and numbered 1, then handed back unstarted; process A's, stamped 250 ms earlier by
+    // a clock estimate behind, committed after that claim. Here the two rows are put in that state: the numbered one
+    // due again and unclaimed, the earlier-stamped one unnumbered and due, the key's counter at 1.
+    const seen = []
+    cds.unqueued(ordered).on('numbered', req => void seen.push([req.data.seq, req.queue.sequence]))
+    const later = { queue: { after: 3_600_000 } }
+    await cds.tx(() => ordered.send({ event: 'numbered', data: { key: 'handedBack', seq: 'stamped earlier' }, ...later }))
+    await cds.tx(() => ordered.send({ event: 'numbered', data: { key: 'handedBack', seq: 'numbered first' }, ...later }))
+    const rows = (await messages()).sort((x, y) => (x.timestamp < y.timestamp ? -1 : 1))
+    expect(rows.map(r => JSON.parse(r.msg).data.seq)).toEqual(['stamped earlier', 'numbered first'])
+    // Due now, stamped 250 ms apart, and without the delay they were written with (which keeps them off the claims).
+    const { settings } = require('../../lib/plugin').eventQueues()
+    const now = Date.now() - 1000
+    const undelayed = row => { const { queue: _q, ...msg } = JSON.parse(row.msg); return JSON.stringify(msg) }
+    const stamped = (row, at, more) => UPDATE(MESSAGES).set({ timestamp: at, dueAt: at, msg: undelayed(row), ...more }).where({ ID: row.ID })
+    await cds.tx(async () => {
+      await UPSERT.into('cds.outbox.KeySequences').entries({ appid: settings.appid ?? '', orderingKey: 'handedBack', issued: 1 })
+      await stamped(rows[1], new Date(now).toISOString(), { sequence: 1 })
+      await stamped(rows[0], new Date(now - 250).toISOString())
+    })
+    await waitFor(async () => { await cds.flush(); return seen.length === 2 }, { what: 'both messages of the key' })
+    expect(seen).toEqual([['numbered first', 1], ['stamped earlier', 2]])
+  })
+
   test('a delayed message takes its place at its due time: a later message of its key that is due now runs at once', async () => {
     const seen = []
     cds.unqueued(ordered).on('placed', req => void seen.push(req.data.seq))
