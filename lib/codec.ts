@@ -197,11 +197,13 @@ const lastIssued = { ms: 0, micros: 0 }
  * are strictly increasing within the process, in the order they are issued, because ordering keys run messages in
  * timestamp order: the digits below the millisecond count up per message (whole microseconds, since PostgreSQL
  * keeps no more), not the high-resolution clock, which is not aligned with the queue's clock and repeats within a
- * millisecond. Future timestamps (delays, cron fire times) are exact milliseconds.
+ * millisecond. Future timestamps (delays, cron fire times) are exact milliseconds. `present`: whether `ms` is the
+ * present, said by the caller that read it: asking the clock again may answer a millisecond earlier (a new reading of
+ * the database's clock in between), and a present time taken for a future one was stamped like the next message.
  */
-export function timestampAt(ms: number): string {
+export function timestampAt(ms: number, present = ms <= clock.now()): string {
   let micros = 0
-  if (ms <= clock.now()) {
+  if (present) {
     if (ms <= lastIssued.ms) [ms, micros] = [lastIssued.ms, lastIssued.micros + 1]
     if (micros > 999) [ms, micros] = [ms + 1, 0]
     Object.assign(lastIssued, { ms, micros })
@@ -211,10 +213,15 @@ export function timestampAt(ms: number): string {
 
 /** A new row for `encoded` on queue `target`, due after `afterMs`. */
 export function newMessage(target: string, encoded: Encoded, afterMs = 0): NewMessage {
-  return messageDueAt(target, encoded, clock.now() + afterMs)
+  const due = clock.now() + afterMs
+  return row(target, encoded, due, timestampAt(due, afterMs <= 0))
 }
 
 /** A new row for `encoded` on queue `target`, due at the epoch milliseconds `due` (the time a cron task fires, exactly). */
-export function messageDueAt(target: string, { msg, service, event }: Encoded, due: number, task?: string, ID: string = cds.utils.uuid()): NewMessage {
-  return { ID, timestamp: timestampAt(due), target, msg, task, dueAt: new Date(due), service, event }
+export function messageDueAt(target: string, encoded: Encoded, due: number, task?: string, ID?: string): NewMessage {
+  return row(target, encoded, due, timestampAt(due), task, ID)
+}
+
+function row(target: string, { msg, service, event }: Encoded, due: number, timestamp: string, task?: string, ID: string = cds.utils.uuid()): NewMessage {
+  return { ID, timestamp, target, msg, task, dueAt: new Date(due), service, event }
 }
