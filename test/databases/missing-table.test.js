@@ -26,7 +26,11 @@ describe('an app served before cds deploy', () => {
     const line = `table cds_outbox_Messages missing in ${where}: run cds deploy`
     // no stack trace, nor the database's own error printed some other way
     expect(queueLines().filter(l => /\n\s+at |no such table|does not exist/.test(l)).map(l => l.split('\n')[0])).toEqual([])
-    expect(queueLines().filter(l => /missing/.test(l))).toEqual([`[queue] - ${line}`])
+    // one line for the database, naming the first of the plugin's missing tables a path ran into: usually the
+    // queue's; CI once saw cds_outbox_Receipts first (postgres-portable, under its CPU contention)
+    const missing = queueLines().filter(l => /missing/.test(l))
+    expect(missing).toHaveLength(1)
+    expect(missing[0].replace(/^\[queue\] - table cds_outbox_\w+ /, '[queue] - table cds_outbox_Messages ')).toBe(`[queue] - ${line}`)
     expect(health.status).toBe('DOWN')
     expect(health.checks.database).toEqual({ status: 'DOWN', error: 'TABLE_MISSING', reason: line })
 
