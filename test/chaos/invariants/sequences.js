@@ -49,11 +49,14 @@ function keyedMessages(f, seen) {
   return keys
 }
 
+/** The request that enqueued `m` (a remote call or an event). */
+const requestOf = (f, m) => (f.asked.get(m.wid) ?? f.events.get(m.wid))?.request
+
 /** When `m`'s enqueuing request had answered, so its transaction had committed (or ended) by then. */
-const committedBy = (f, m) => (f.asked.get(m.wid) ?? f.events.get(m.wid))?.request.doneAt
+const committedBy = (f, m) => requestOf(f, m)?.doneAt
 
 /** When `m`'s enqueuing request was sent: its transaction committed after that, and a claim numbered it later still. */
-const sentAt = (f, m) => (f.asked.get(m.wid) ?? f.events.get(m.wid))?.request.sentAt
+const sentAt = (f, m) => requestOf(f, m)?.sentAt
 
 const list = (items, n = 5) => `${items.slice(0, n).join(', ')}${items.length > n ? ', …' : ''}`
 
